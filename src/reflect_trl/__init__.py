@@ -1,0 +1,38 @@
+"""reflect-trl: the Reflect-RL recipe (Zhou, Du, Li; ACL 2024) on top of Hugging Face TRL.
+
+Trainers are exported lazily (as TRL does) so that ``import reflect_trl`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "ReflectSFTConfig": "reflect_trl.trainers.sft",
+    "ReflectSFTTrainer": "reflect_trl.trainers.sft",
+    "ReflectPPOConfig": "reflect_trl.trainers.rl",
+    "ReflectPPOTrainer": "reflect_trl.trainers.rl",
+    "make_env": "reflect_trl.envs",
+    "list_envs": "reflect_trl.envs",
+    "build_prompt": "reflect_trl.prompts",
+    "OptionHead": "reflect_trl.action_head",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from reflect_trl.action_head import OptionHead
+    from reflect_trl.envs import list_envs, make_env
+    from reflect_trl.prompts import build_prompt
+    from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer
+    from reflect_trl.trainers.sft import ReflectSFTConfig, ReflectSFTTrainer
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'reflect_trl' has no attribute {name!r}")
+
+
+__all__ = [*_LAZY, "__version__"]

@@ -1,0 +1,155 @@
+"""The text-environment interface every reflect-trl environment implements.
+
+An environment is a multi-turn text game. ``reset`` starts an episode for a :class:`Task` and returns an
+:class:`Observation` (state text + the list of legal action strings); ``step`` takes the *index* of one of
+those actions. ``info["success"]`` is always set explicitly on the final step of an episode.
+
+Each environment also exposes:
+
+* ``stages``: its difficulty levels from easy to hard, used by the curriculum (a task's ``difficulty``
+  is one of them);
+* ``make_tasks``: deterministic, seeded task generation with disjoint ``train`` / ``validation`` / ``test``
+  splits;
+* ``oracle_action``: the index of an optimal action in the current state (data generation, oracle
+  reflections, evaluation of the oracle policy).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the agent sees: the state text and the legal actions (in the environment's canonical order)."""
+
+    text: str
+    actions: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "actions", tuple(self.actions))
+        if not self.actions:
+            raise ValueError("an Observation needs at least one legal action")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem instance of an environment.
+
+    ``seed`` fixes everything random about the instance (e.g. the Taxi start state); ``data`` holds
+    environment-specific fields (e.g. an AutoExplore question and its target files).
+    """
+
+    env: str
+    task_id: str
+    difficulty: str
+    seed: int
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "task_id": self.task_id,
+            "difficulty": self.difficulty,
+            "seed": self.seed,
+            "data": dict(self.data),
+        }
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Task:
+        missing = [k for k in ("env", "task_id", "difficulty", "seed") if k not in record]
+        if missing:
+            raise KeyError(f"task record lacks field(s) {missing}: {dict(record)!r}")
+        return cls(
+            env=str(record["env"]),
+            task_id=str(record["task_id"]),
+            difficulty=str(record["difficulty"]),
+            seed=int(record["seed"]),
+            data=dict(record.get("data") or {}),
+        )
+
+
+# (observation, reward, terminated, truncated, info) — the gymnasium step convention.
+StepResult = tuple[Observation, float, bool, bool, dict[str, Any]]
+
+
+def split_seed(base_seed: int, split: str, index: int) -> int:
+    """A 31-bit seed for task ``index`` of ``split``: stable across runs/platforms, disjoint across splits
+    with overwhelming probability (a hash, not Python's salted ``hash``)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    digest = hashlib.sha256(f"{base_seed}/{split}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+class TextEnv(ABC):
+    """Base class of all environments. Subclasses set ``name``/``stages`` and implement the abstract methods."""
+
+    name: ClassVar[str] = ""
+    stages: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, horizon: int = 15) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        self.horizon = horizon
+        self.task: Task | None = None
+        self.observation: Observation | None = None
+        self.t = 0  # steps taken in the current episode
+        self.done = True
+
+    # -- tasks -------------------------------------------------------------------------------------------
+    @abstractmethod
+    def make_tasks(self, split: str, n: int, seed: int = 0, difficulty: str | None = None) -> list[Task]:
+        """``n`` tasks of ``split`` (``difficulty`` None = spread over all stages). Same arguments → same tasks."""
+
+    def check_difficulty(self, difficulty: str) -> str:
+        if difficulty not in self.stages:
+            raise ValueError(f"{self.name}: unknown difficulty {difficulty!r}; known stages: {list(self.stages)}")
+        return difficulty
+
+    # -- episode -----------------------------------------------------------------------------------------
+    @abstractmethod
+    def reset(self, seed: int | None = None, task: Task | None = None) -> Observation:
+        """Start an episode.
+
+        ``task`` fixes the problem instance: everything random about the instance (e.g. the Taxi start state)
+        comes from ``task.seed``, so several episodes of one task start from the same state. ``seed`` seeds only
+        episode-level randomness (e.g. AutoExplore's leave-out augmentation). With ``task`` None, a task is
+        drawn from ``seed``."""
+
+    @abstractmethod
+    def step(self, action_index: int) -> StepResult:
+        """Take the legal action ``self.observation.actions[action_index]``."""
+
+    @abstractmethod
+    def oracle_action(self) -> int:
+        """Index (into the current legal actions) of an optimal action."""
+
+    def is_mistake(self, action_index: int) -> bool:
+        """Whether an action is a mistake here (data builders inject mistakes as negative examples).
+
+        Default: anything but the oracle's action. Environments with several equally good actions override
+        this so that a tie is not labelled a mistake."""
+        return int(action_index) != self.oracle_action()
+
+    def clone(self) -> TextEnv:
+        """An independent copy at the same state (used to test a candidate action without taking it).
+
+        Environments whose state cannot be deep-copied (external game engines) override this, e.g. by
+        replaying the episode's actions in a fresh instance."""
+        return copy.deepcopy(self)
+
+    def _check_action(self, action_index: int) -> int:
+        if self.done or self.observation is None:
+            raise RuntimeError(f"{self.name}: step() called on a finished episode; call reset() first")
+        n = len(self.observation.actions)
+        if not 0 <= int(action_index) < n:
+            raise IndexError(f"{self.name}: action index {action_index} out of range (0..{n - 1})")
+        return int(action_index)

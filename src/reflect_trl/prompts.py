@@ -1,0 +1,145 @@
+"""The one prompt builder (single-prompt action enumeration) used by data generation, SFT, RL and evaluation.
+
+Layout of a policy prompt (``reflection`` optional)::
+
+    <state text>
+    # Reflection:
+    <reflection text><STOP_MARKER>
+    # Options:
+    A. move south
+    B. move north
+    # Action:
+    <label>                 <- the policy's one-token answer (the completion)
+
+The reflection model's prompt is the prefix up to and including ``"# Reflection:\\n"``, so the policy prompt
+of a reflecting agent is *reflection prompt + reflection + options block*: the rollout can reuse the
+reflection's prompt tokens, and SFT/RL/eval all see byte-identical text.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Generation of a reflection stops on this marker (it is also the end of every reflection target).
+STOP_MARKER = "<end>"
+REFLECTION_HEADER = "# Reflection:\n"
+OPTIONS_HEADER = "# Options:\n"
+ACTION_CUE = "# Action:\n"
+
+#: Default option labels: single characters, single tokens in byte-level BPE and SentencePiece vocabularies.
+DEFAULT_LABELS: tuple[str, ...] = tuple(string.ascii_uppercase + string.ascii_lowercase + string.digits)
+
+
+@dataclass(frozen=True)
+class PolicyPrompt:
+    """A rendered policy prompt. ``order[i]`` is the environment action index shown under ``labels[i]``."""
+
+    text: str
+    labels: tuple[str, ...]
+    order: tuple[int, ...]
+
+    @property
+    def num_options(self) -> int:
+        return len(self.order)
+
+    def action_index(self, option: int) -> int:
+        """Map an option position (0 = first label) back to the environment's action index."""
+        return self.order[option]
+
+    def option_of(self, action_index: int) -> int:
+        """Map an environment action index to its option position in this prompt."""
+        return self.order.index(action_index)
+
+
+def reflection_prompt(state_text: str) -> str:
+    """The reflection model's prompt for a state."""
+    return f"{state_text.rstrip()}\n{REFLECTION_HEADER}"
+
+
+def clean_reflection(text: str) -> str:
+    """Cut generated text at the stop marker (and never let it forge an options block)."""
+    text = text.split(STOP_MARKER, 1)[0]
+    for header in (OPTIONS_HEADER.strip(), ACTION_CUE.strip()):
+        text = text.split(header, 1)[0]
+    return text.strip()
+
+
+def with_stop(reflection: str) -> str:
+    """A reflection target as the reflection model must learn to write it: text + stop marker."""
+    return f"{clean_reflection(reflection)}{STOP_MARKER}"
+
+
+def option_order(num_actions: int, shuffle_seed: int | None) -> tuple[int, ...]:
+    """Identity order, or a seeded permutation of the options."""
+    order = list(range(num_actions))
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(order)
+    return tuple(order)
+
+
+def options_block(actions: Sequence[str], labels: Sequence[str], order: Sequence[int]) -> str:
+    lines = [f"{labels[i]}. {actions[a]}" for i, a in enumerate(order)]
+    return OPTIONS_HEADER + "\n".join(lines) + "\n" + ACTION_CUE
+
+
+def build_prompt(
+    state_text: str,
+    actions: Sequence[str],
+    reflection: str | None = None,
+    *,
+    labels: Sequence[str] = DEFAULT_LABELS,
+    shuffle_seed: int | None = None,
+) -> PolicyPrompt:
+    """Render the policy prompt for a state, its legal actions and (optionally) a reflection.
+
+    ``reflection=None`` gives the plain prompt (no reflection section) of the "without reflection" variants;
+    a reflection string (possibly empty) gives the Reflect-RL prompt. ``shuffle_seed`` shuffles the option
+    order deterministically.
+    """
+    if not actions:
+        raise ValueError("build_prompt needs at least one legal action")
+    if len(actions) > len(labels):
+        raise ValueError(f"{len(actions)} legal actions but only {len(labels)} option labels are configured")
+    order = option_order(len(actions), shuffle_seed)
+    if reflection is None:
+        head = state_text.rstrip() + "\n"
+    else:
+        head = reflection_prompt(state_text) + with_stop(reflection) + "\n"
+    shown = tuple(labels[: len(actions)])
+    return PolicyPrompt(text=head + options_block(actions, shown, order), labels=shown, order=order)
+
+
+def label_token_ids(tokenizer, labels: Sequence[str] = DEFAULT_LABELS, cue: str = ACTION_CUE) -> list[int]:
+    """Token id of each label *as it is used* (right after the action cue).
+
+    Raises ``ValueError`` naming every label that is not exactly one token there (or that collides with
+    another label), and the tokenizer.
+    """
+    base = tokenizer(cue, add_special_tokens=False)["input_ids"]
+    ids: list[int] = []
+    bad: list[str] = []
+    for label in labels:
+        full = tokenizer(cue + label, add_special_tokens=False)["input_ids"]
+        if len(full) != len(base) + 1 or full[: len(base)] != base:
+            bad.append(label)
+            ids.append(-1)
+        else:
+            ids.append(full[-1])
+    seen: dict[int, str] = {}
+    for label, tid in zip(labels, ids, strict=True):
+        if tid < 0:
+            continue
+        if tid in seen:
+            bad.append(f"{label} (same token as {seen[tid]})")
+        seen[tid] = label
+    if bad:
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise ValueError(
+            f"option labels {bad} are not single, distinct tokens of tokenizer {name!r} "
+            f"({type(tokenizer).__name__}) after the action cue {cue!r}; choose other labels "
+            "(e.g. `labels: ABCDEFGH`) or a tokenizer that has them"
+        )
+    return ids

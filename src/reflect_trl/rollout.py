@@ -1,0 +1,346 @@
+"""Lock-step, batched two-player rollouts (used by RL training, evaluation and the benchmark).
+
+One turn for all live episodes at once:
+
+1. render the state of every live episode;
+2. the frozen reflection model writes all reflections in one batched, KV-cached ``generate`` (skipped for
+   the "without reflection" variants);
+3. the policy prompts (state + reflection + enumerated options) go through ONE forward pass of the policy
+   that keeps only the last position's logits, restricted to the option-label tokens;
+4. sample (or argmax) one option per episode and step the environments.
+
+Finished episodes simply drop out of the next turn's batch (compaction): nothing is re-padded or
+recomputed for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
+from reflect_trl.envs import Task, TextEnv, make_env
+from reflect_trl.prompts import build_prompt, options_block, reflection_prompt, with_stop
+from reflect_trl.reflection.model import ReflectionModel
+
+
+@dataclass
+class Turn:
+    """One decision of the policy (one RL training sample)."""
+
+    step: int
+    state_text: str
+    actions: tuple[str, ...]
+    reflection: str | None
+    prompt_ids: list[int]
+    num_options: int
+    option: int  # position of the chosen label in the prompt
+    action_index: int  # index into ``actions``
+    logprob: float
+    entropy: float
+    reward: float = 0.0
+    value: float | None = None
+    reflection_tokens: int = 0
+    reflection_stopped: bool = True
+    label_token: int = -1
+
+    @property
+    def action_text(self) -> str:
+        return self.actions[self.action_index]
+
+
+@dataclass
+class Episode:
+    task: Task
+    seed: int
+    group: int = 0
+    turns: list[Turn] = field(default_factory=list)
+    success: bool = False
+    crashed: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_return(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def length(self) -> int:
+        return len(self.turns)
+
+    def transcript(self) -> dict[str, Any]:
+        """A readable record of the episode (JSON-serialisable)."""
+        return {
+            "task": self.task.to_dict(),
+            "seed": self.seed,
+            "success": self.success,
+            "crashed": self.crashed,
+            "truncated": self.truncated,
+            "return": self.total_return,
+            "length": self.length,
+            "turns": [
+                {
+                    "step": t.step,
+                    "state": t.state_text,
+                    "reflection": t.reflection,
+                    "options": list(t.actions),
+                    "action": t.action_text,
+                    "action_index": t.action_index,
+                    "logprob": t.logprob,
+                    "reward": t.reward,
+                }
+                for t in self.turns
+            ],
+        }
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that ignore left padding (0 at each sequence's first real token)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of left-padded sequences."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        if len(s):
+            ids[i, width - len(s) :] = torch.as_tensor(s, dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from its parts (for option shuffling and episode seeds)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+class PolicyActor:
+    """The policy player: option-restricted head over one forward pass, optional value head."""
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        option_head: OptionHead,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.option_head = option_head
+        self.temperature = temperature
+        self.greedy = greedy
+        self.value_fn = value_fn
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def act(
+        self, prompt_ids: Sequence[Sequence[int]], num_options: Sequence[int]
+    ) -> tuple[list[int], list[float], list[float], list[float] | None]:
+        """Choose one option per prompt. Returns (options, log-probs, entropies, values or None)."""
+        input_ids, attention_mask = left_pad(prompt_ids, self.tokenizer.pad_token_id)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        want_hidden = self.value_fn is not None
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            logits_to_keep=1,
+            use_cache=False,
+            output_hidden_states=want_hidden,
+        )
+        label_ids = self.option_head.label_ids.to(out.logits.device)
+        label_logits = out.logits[:, -1, :].index_select(-1, label_ids)
+        n_opt = torch.as_tensor(list(num_options), device=label_logits.device)
+        log_probs = masked_log_probs(label_logits, n_opt, self.temperature)
+        options = OptionHead.select(log_probs, greedy=self.greedy)
+        chosen = log_probs.gather(-1, options[:, None]).squeeze(-1)
+        entropy = entropy_from_log_probs(log_probs)
+        values = None
+        if want_hidden:
+            values = self.value_fn(out.hidden_states[-1][:, -1, :]).float().view(-1).tolist()
+        return options.tolist(), chosen.float().tolist(), entropy.float().tolist(), values
+
+
+@dataclass
+class RolloutTimings:
+    reflection_s: float = 0.0
+    policy_s: float = 0.0
+    env_s: float = 0.0
+    tokenize_s: float = 0.0
+    reflection_tokens: int = 0
+    env_steps: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+class RolloutEngine:
+    """Runs batches of episodes in lock-step with a policy and an optional frozen reflection model."""
+
+    def __init__(
+        self,
+        env_name: str,
+        policy: PolicyActor,
+        reflection: ReflectionModel | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        shuffle_options: bool = False,
+        max_prompt_length: int | None = None,
+    ) -> None:
+        self.env_name = env_name
+        self.env_kwargs = dict(env_kwargs or {})
+        self.policy = policy
+        self.reflection = reflection
+        self.shuffle_options = shuffle_options
+        self.max_prompt_length = max_prompt_length
+        self.tokenizer = policy.tokenizer
+        self._envs: list[TextEnv] = []
+        self._concat_ok: bool | None = None
+        # The reflection prompt's ids can be reused only when both players share one vocabulary.
+        self._shared_vocab = reflection is not None and (
+            reflection.tokenizer is self.tokenizer or reflection.tokenizer.get_vocab() == self.tokenizer.get_vocab()
+        )
+        self.timings = RolloutTimings()
+        self.truncated_prompts = 0
+
+    def _env(self, i: int) -> TextEnv:
+        while len(self._envs) <= i:
+            self._envs.append(make_env(self.env_name, **self.env_kwargs))
+        return self._envs[i]
+
+    def _tokenize(self, texts: list[str]) -> list[list[int]]:
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+    def _policy_ids(self, heads: list[list[int]] | None, suffixes: list[str], full: list[str]) -> list[list[int]]:
+        """Token ids of the policy prompts, reusing the reflection prompt's ids when that is exact."""
+        if heads is None or not full:
+            ids = self._tokenize(full)
+        else:
+            if self._concat_ok is None:  # check once that piecewise tokenisation equals whole-text tokenisation
+                self._concat_ok = heads[0] + self._tokenize([suffixes[0]])[0] == self._tokenize([full[0]])[0]
+            if self._concat_ok:
+                ids = [h + s for h, s in zip(heads, self._tokenize(suffixes), strict=True)]
+            else:
+                ids = self._tokenize(full)
+        if self.max_prompt_length:
+            for i, x in enumerate(ids):
+                if len(x) > self.max_prompt_length:
+                    ids[i] = x[-self.max_prompt_length :]
+                    self.truncated_prompts += 1
+        return ids
+
+    def run(
+        self,
+        tasks: Sequence[Task],
+        seeds: Sequence[int] | None = None,
+        groups: Sequence[int] | None = None,
+    ) -> list[Episode]:
+        """Play one episode per task (lock-step) and return them in input order."""
+        seeds = list(seeds) if seeds is not None else [t.seed for t in tasks]
+        groups = list(groups) if groups is not None else list(range(len(tasks)))
+        episodes = [Episode(task=t, seed=s, group=g) for t, s, g in zip(tasks, seeds, groups, strict=True)]
+        observations = {}
+        for i, (task, seed) in enumerate(zip(tasks, seeds, strict=True)):
+            observations[i] = self._env(i).reset(seed=seed, task=task)
+        live = list(range(len(tasks)))
+        step = 0
+        while live:
+            texts = [observations[i].text for i in live]
+            # 1. reflections (one batched generate)
+            reflections: list[str | None] = [None] * len(live)
+            heads = None
+            if self.reflection is not None:
+                t0 = time.perf_counter()
+                batch = self.reflection.generate([reflection_prompt(x) for x in texts])
+                self.timings.reflection_s += time.perf_counter() - t0
+                self.timings.reflection_tokens += sum(batch.num_tokens)
+                reflections = list(batch.texts)
+                heads = batch.prompt_ids if self._shared_vocab else None
+            # 2. policy prompts
+            t0 = time.perf_counter()
+            prompts, suffixes = [], []
+            for k, i in enumerate(live):
+                obs = observations[i]
+                shuffle_seed = derive_seed(episodes[i].seed, step) if self.shuffle_options else None
+                prompt = build_prompt(obs.text, obs.actions, reflections[k], shuffle_seed=shuffle_seed)
+                prompts.append(prompt)
+                if reflections[k] is not None:
+                    suffixes.append(with_stop(reflections[k]) + "\n" + options_block(obs.actions, prompt.labels, prompt.order))
+            ids = self._policy_ids(heads, suffixes, [p.text for p in prompts])
+            self.timings.tokenize_s += time.perf_counter() - t0
+            # 3. one forward of the policy
+            t0 = time.perf_counter()
+            options, logps, entropies, values = self.policy.act(ids, [p.num_options for p in prompts])
+            self.timings.policy_s += time.perf_counter() - t0
+            # 4. step the environments
+            t0 = time.perf_counter()
+            label_ids = self.policy.option_head.label_ids.tolist()
+            still_live = []
+            for k, i in enumerate(live):
+                obs, prompt = observations[i], prompts[k]
+                action_index = prompt.action_index(options[k])
+                turn = Turn(
+                    step=step,
+                    state_text=obs.text,
+                    actions=obs.actions,
+                    reflection=reflections[k],
+                    prompt_ids=ids[k],
+                    num_options=prompt.num_options,
+                    option=options[k],
+                    action_index=action_index,
+                    logprob=logps[k],
+                    entropy=entropies[k],
+                    value=None if values is None else values[k],
+                    label_token=label_ids[options[k]],
+                )
+                if self.reflection is not None:
+                    turn.reflection_tokens = batch.num_tokens[k]
+                    turn.reflection_stopped = batch.stopped[k]
+                next_obs, reward, terminated, truncated, info = self._env(i).step(action_index)
+                turn.reward = float(reward)
+                episodes[i].turns.append(turn)
+                self.timings.env_steps += 1
+                if terminated or truncated:
+                    ep = episodes[i]
+                    ep.success = bool(info.get("success", False))
+                    ep.crashed = bool(info.get("crash", False))
+                    ep.truncated = bool(truncated and not terminated)
+                    ep.info = {k2: v for k2, v in info.items() if isinstance(v, (bool, int, float, str))}
+                else:
+                    observations[i] = next_obs
+                    still_live.append(i)
+            self.timings.env_s += time.perf_counter() - t0
+            live = still_live
+            step += 1
+        return episodes
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Success rate, return, length, crash rate and reflection statistics of a batch of episodes."""
+    n = max(len(episodes), 1)
+    turns = [t for ep in episodes for t in ep.turns]
+    out = {
+        "success_rate": sum(ep.success for ep in episodes) / n,
+        "return": sum(ep.total_return for ep in episodes) / n,
+        "episode_length": sum(ep.length for ep in episodes) / n,
+        "crash_rate": sum(ep.crashed for ep in episodes) / n,
+    }
+    reflected = [t for t in turns if t.reflection is not None]
+    if reflected:
+        out["reflection_tokens"] = sum(t.reflection_tokens for t in reflected) / len(reflected)
+        out["reflection_stop_rate"] = sum(t.reflection_stopped for t in reflected) / len(reflected)
+    if turns:
+        out["policy_entropy"] = sum(t.entropy for t in turns) / len(turns)
+    return out

@@ -1,0 +1,180 @@
+"""ReflectPPOTrainer on DangerousTaxi with tiny offline models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+from reflect_trl.envs import make_env
+from reflect_trl.models import load_causal_lm, load_tokenizer
+from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_to_dataset
+
+STAGES = ("pickup", "dropoff", "full")
+
+
+def _tasks(n: int = 8):
+    env = make_env("taxi")
+    return [t for s in STAGES for t in env.make_tasks("train", n, seed=0, difficulty=s)]
+
+
+def _trainer(model_dir, out_dir, reflection=True, **overrides) -> ReflectPPOTrainer:
+    kwargs = dict(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=4,
+        learning_rate=1e-3,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        reflection_max_new_tokens=6,
+        seed=0,
+        data_seed=0,
+        log_episodes_every=2,
+    )
+    kwargs.update(overrides)
+    args = ReflectPPOConfig(**kwargs)
+    return ReflectPPOTrainer(
+        model=load_causal_lm(model_dir),
+        args=args,
+        train_dataset=tasks_to_dataset(_tasks()),
+        processing_class=load_tokenizer(model_dir),
+        reflection_model=load_causal_lm(model_dir, trainable=False) if reflection else None,
+    )
+
+
+def _metric_series(history, key):
+    return [round(h[key], 6) for h in history if key in h]
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "rloo", "gae"])
+def test_training_runs_and_logs_env_metrics(tiny_model_dir, tmp_path, estimator):
+    trainer = _trainer(tiny_model_dir, tmp_path, advantage_estimator=estimator, max_steps=3)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    logs = trainer.state.log_history
+    keys = set().union(*(h.keys() for h in logs))
+    for key in ("env/success_rate", "env/return", "env/episode_length", "env/crash_rate", "entropy",
+                "rollout/reflection_stop_rate", "rollout/reflection_tokens", "curriculum/stage", "clip_ratio/region_mean"):
+        assert key in keys, key
+    if estimator == "gae":
+        assert "value_loss" in keys
+        assert (tmp_path / "episodes").is_dir()
+    changed = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])]
+    assert changed, "no parameter changed"
+
+
+def test_without_reflection_uses_plain_prompts(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=1)
+    batch = trainer._generate_and_score_completions([{}] * 8)
+    text = trainer._tokenizer.decode(batch["prompt_ids"][0][batch["prompt_mask"][0].bool()])
+    assert "# Reflection:" not in text and text.endswith("# Action:\n")
+
+
+def test_ratio_is_exactly_one_on_first_epoch(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, num_iterations=2)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([{}] * 8)
+    # what GRPOTrainer._prepare_inputs does with a generation batch
+    chunk = split_tensor_dict(shuffle_sequence_dict(batch), trainer.args.steps_per_generation)[0]
+    trainer._batch_num_options = chunk["num_options"]
+    ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], 1)
+    mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], 1)
+    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 1, compute_entropy=True)
+    ratio = torch.exp(logps - chunk["old_per_token_logps"])
+    assert torch.equal(ratio, torch.ones_like(ratio))
+    assert torch.all(entropy >= 0)
+
+
+def test_restricted_logps_match_rollout_sampling(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    trainer.model.train()
+    trainer._generate_and_score_completions([{}] * 8)
+    gap = trainer._metrics["train"]["rollout/logp_gap_max"][-1]
+    assert gap < 1e-4
+
+
+def test_curriculum_stage_advances_and_is_logged(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, max_steps=3, reflection=False)
+    trainer.train()
+    stages = _metric_series(trainer.state.log_history, "curriculum/stage")
+    assert stages == [0.0, 1.0, 2.0]
+    assert trainer.curriculum.stage == "full"
+    assert any("stage/full/success_rate" in h for h in trainer.state.log_history)
+
+
+def test_replay_buffer_fills_only_with_successes(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, replay_buffer_size=64, replay_samples=4)
+    trainer.model.train()
+    from reflect_trl.rollout import Episode
+
+    real_run = trainer._rollout_engine(trainer.model).run
+
+    def run_and_mark(tasks, seeds, groups):
+        episodes: list[Episode] = real_run(tasks, seeds, groups)
+        episodes[0].success = True  # pretend the first episode succeeded
+        return episodes
+
+    trainer._engine.run = run_and_mark
+    trainer._generate_and_score_completions([{}] * 8)
+    first = len(trainer.replay)
+    assert first >= 1
+    batch = trainer._generate_and_score_completions([{}] * 8)
+    assert (batch["value_mask"] == 0).sum().item() == 4  # four replayed turns joined the batch
+    replayed = batch["advantages"][batch["value_mask"] == 0]
+    assert torch.allclose(replayed, torch.full_like(replayed, trainer.args.replay_weight))
+
+
+def test_nan_loss_stops_with_step_in_message(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=2)
+    trainer._turn_advantages = lambda episodes: ([[float("nan")] * ep.length for ep in episodes], None)
+    trainer.args.whiten_advantages = False
+    with pytest.raises(FloatingPointError, match="global step 0"):
+        trainer.train()
+
+
+@pytest.mark.parametrize("estimator", ["rloo", "gae"])
+def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator):
+    common = dict(max_steps=4, advantage_estimator=estimator, replay_buffer_size=32, replay_samples=2)
+    full = _trainer(tiny_model_dir, tmp_path / "full", **common)
+    full.train()
+    expected = [h for h in full.state.log_history if "loss" in h]
+
+    first = _trainer(tiny_model_dir, tmp_path / "part", save_strategy="steps", save_steps=2, **common)
+    first.args.max_steps = 4
+    # stop after the checkpoint at step 2
+    from transformers import TrainerCallback
+
+    class StopAt2(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 2:
+                control.should_training_stop = True
+
+    first.add_callback(StopAt2())
+    first.train()
+    ckpt = tmp_path / "part" / "checkpoint-2"
+    assert (ckpt / "reflect_state_rank0.pt").is_file()
+    resumed = _trainer(tiny_model_dir, tmp_path / "part", save_strategy="steps", save_steps=2, **common)
+    resumed.train(resume_from_checkpoint=str(ckpt))
+    got = [h for h in resumed.state.log_history if "loss" in h and h["step"] > 2]
+    want = [h for h in expected if h["step"] > 2]
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want, strict=True):
+        for key in ("loss", "env/success_rate", "env/return", "entropy", "curriculum/stage"):
+            if key in w:
+                assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6), (key, g, w)
+
+
+def test_config_rejects_unknown_estimator():
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        ReflectPPOConfig(output_dir="/tmp/x", advantage_estimator="ppo2", use_cpu=True, bf16=False)
+
+
+def test_env_kwargs_json_string():
+    cfg = ReflectPPOConfig(output_dir="/tmp/x", env_kwargs=json.dumps({"horizon": 7}), use_cpu=True, bf16=False)
+    assert cfg.env_kwargs == {"horizon": 7}
