@@ -25,7 +25,9 @@ def options_mask(num_options: torch.Tensor, num_labels: int) -> torch.Tensor:
     return arange.unsqueeze(0) < num_options.unsqueeze(1)
 
 
-def masked_log_probs(label_logits: torch.Tensor, num_options: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def masked_log_probs(
+    label_logits: torch.Tensor, num_options: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """Log-probabilities over the offered options; ``-inf`` for options not offered."""
     mask = options_mask(num_options.to(label_logits.device), label_logits.shape[-1])
     logits = (label_logits.float() / temperature).masked_fill(~mask, float("-inf"))
@@ -55,9 +57,19 @@ class OptionHead:
         rows = weight.index_select(0, self.label_ids.to(weight.device))
         return hidden.to(rows.dtype) @ rows.T
 
-    def label_logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
-        """(B, L) label logits of left-padded prompts, from one forward pass that keeps only the last logits."""
-        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False, **kwargs)
+    def label_logits(
+        self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs
+    ) -> torch.Tensor:
+        """(B, L) label logits of left-padded prompts, from one forward pass that keeps only the last logits.
+
+        Position ids are derived from the attention mask unless given, so that left padding does not shift
+        absolute position embeddings (GPT-2).
+        """
+        if kwargs.get("position_ids") is None:
+            kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        out = model(
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False, **kwargs
+        )
         logits = out.logits[:, -1, :]
         return logits.index_select(-1, self.label_ids.to(logits.device))
 
@@ -73,7 +85,9 @@ class OptionHead:
         return masked_log_probs(self.label_logits(model, input_ids, attention_mask), num_options, temperature)
 
     @staticmethod
-    def select(log_probs: torch.Tensor, greedy: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+    def select(
+        log_probs: torch.Tensor, greedy: bool = False, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Sample (or argmax) one option per row."""
         if greedy:
             return log_probs.argmax(-1)

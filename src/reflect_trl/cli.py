@@ -14,13 +14,31 @@ from collections.abc import Callable
 # name -> (help, "module:function"); each function takes the remaining argv.
 COMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("list the registered environments and their curriculum stages", "reflect_trl.cli:list_envs_cmd"),
-    "build-tiny": ("build a tiny offline model + tokenizer (tests, demo, benchmarks)", "reflect_trl.cli:build_tiny_cmd"),
-    "data": ("generate reflection/policy SFT datasets with negative examples", "reflect_trl.data_builder:build_datasets_cli"),
-    "sft": ("SFT warm-up of the policy or the reflection model (ReflectSFTTrainer)", "reflect_trl.trainers.sft:sft_cli"),
+    "build-tiny": (
+        "build a tiny offline model + tokenizer (tests, demo, benchmarks)",
+        "reflect_trl.cli:build_tiny_cmd",
+    ),
+    "data": (
+        "generate reflection/policy SFT datasets with negative examples",
+        "reflect_trl.data_builder:build_datasets_cli",
+    ),
+    "sft": (
+        "SFT warm-up of the policy or the reflection model (ReflectSFTTrainer)",
+        "reflect_trl.trainers.sft:run_sft_cli",
+    ),
     "rl": ("online two-player RL of the policy (ReflectPPOTrainer)", "reflect_trl.trainers.rl:run_rl"),
-    "eval": ("evaluate policies (with or without reflection) on held-out episodes", "reflect_trl.evaluation:eval_cli"),
-    "plot": ("plot learning curves and success bars from runs and eval results", "reflect_trl.plotting:plot_cli"),
-    "demo": ("the whole method end to end on tiny models (variants, table, plots)", "reflect_trl.demo:demo_cli"),
+    "eval": (
+        "evaluate policies (with or without reflection) on held-out episodes",
+        "reflect_trl.evaluation:eval_cli",
+    ),
+    "plot": (
+        "plot learning curves and success bars from runs and eval results",
+        "reflect_trl.plotting:plot_cli",
+    ),
+    "demo": (
+        "the whole method end to end on tiny models (variants, table, plots)",
+        "reflect_trl.demo:demo_cli",
+    ),
 }
 
 
@@ -43,7 +61,9 @@ def build_tiny_cmd(argv: list[str]) -> None:
     parser.add_argument("--output_dir", default="models/tiny-gpt2")
     parser.add_argument("--arch", default="gpt2", choices=ARCHITECTURES)
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
-    parser.add_argument("--envs", default="taxi", help="comma-separated environments whose text trains the tokenizer")
+    parser.add_argument(
+        "--envs", default="taxi", help="comma-separated environments whose text trains the tokenizer"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     path = build_tiny_model(args.output_dir, args.arch, args.preset, args.seed, tuple(args.envs.split(",")))
@@ -70,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"reflect-trl: unknown command {command!r}; known commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"reflect-trl: unknown command {command!r}; known commands: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     _resolve(COMMANDS[command][1])(rest)
     return 0

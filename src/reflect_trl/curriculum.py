@@ -41,7 +41,9 @@ class Curriculum:
             if self.stage_starts is None:
                 n = len(self.stages)
                 self.stage_starts = [k * self.max_steps // n for k in range(n)]
-            if len(self.stage_starts) != len(self.stages) or list(self.stage_starts) != sorted(self.stage_starts):
+            if len(self.stage_starts) != len(self.stages) or list(self.stage_starts) != sorted(
+                self.stage_starts
+            ):
                 raise ValueError(
                     f"curriculum stage_starts {list(self.stage_starts)} must be sorted, one per stage {list(self.stages)}"
                 )
@@ -58,7 +60,8 @@ class Curriculum:
     def update(self, global_step: int, successes: Sequence[bool] = ()) -> bool:
         """Record this rollout's episode outcomes and promote if due. Returns True on promotion."""
         if self.schedule == "steps":
-            target = max(k for k, start in enumerate(self.stage_starts) if start <= global_step)
+            # Stage 0 is active until the next start, even if its own start is after step 0.
+            target = max((k for k, start in enumerate(self.stage_starts) if start <= global_step), default=0)
             promoted = target > self.stage_index
             self.stage_index = max(self.stage_index, target)
             if promoted:
@@ -80,6 +83,8 @@ class Curriculum:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if list(state.get("stages", self.stages)) != list(self.stages):
-            raise ValueError(f"checkpoint curriculum stages {state.get('stages')} differ from {list(self.stages)}")
+            raise ValueError(
+                f"checkpoint curriculum stages {state.get('stages')} differ from {list(self.stages)}"
+            )
         self.stage_index = int(state["stage_index"])
         self._recent = deque((bool(x) for x in state.get("recent", [])), maxlen=self.window)

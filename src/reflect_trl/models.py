@@ -32,10 +32,10 @@ def base_model_of(name_or_path: str) -> str:
 def load_tokenizer(name_or_path: str, padding_side: str = "left"):
     from transformers import AutoTokenizer
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    except OSError:
-        tokenizer = AutoTokenizer.from_pretrained(base_model_of(name_or_path))
+    source = name_or_path
+    if is_adapter_dir(name_or_path) and not (Path(name_or_path) / "tokenizer_config.json").is_file():
+        source = base_model_of(name_or_path)  # an adapter saved without its tokenizer uses its base's
+    tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = padding_side
@@ -43,7 +43,9 @@ def load_tokenizer(name_or_path: str, padding_side: str = "left"):
     return tokenizer
 
 
-def quantization_config(load_in_8bit: bool = False, load_in_4bit: bool = False, compute_dtype: str = "bfloat16"):
+def quantization_config(
+    load_in_8bit: bool = False, load_in_4bit: bool = False, compute_dtype: str = "bfloat16"
+):
     """A bitsandbytes config, or None."""
     if load_in_8bit and load_in_4bit:
         raise ValueError("choose one of load_in_8bit / load_in_4bit, not both")
@@ -54,7 +56,9 @@ def quantization_config(load_in_8bit: bool = False, load_in_4bit: bool = False, 
     if load_in_8bit:
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=DTYPES.get(compute_dtype, torch.bfloat16)
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=DTYPES.get(compute_dtype, torch.bfloat16),
     )
 
 

@@ -44,11 +44,18 @@ class ReplayBuffer:
         return [self.turns[self.rng.randrange(len(self.turns))] for _ in range(k)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"turns": [asdict(t) for t in self.turns], "rng": self.rng.getstate(), "capacity": self.capacity}
+        return {
+            "turns": [asdict(t) for t in self.turns],
+            "rng": self.rng.getstate(),
+            "capacity": self.capacity,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.turns = deque(
-            (ReplayTurn(tuple(t["prompt_ids"]), t["label_token"], t["num_options"], t["return_to_go"]) for t in state["turns"]),
+            (
+                ReplayTurn(tuple(t["prompt_ids"]), t["label_token"], t["num_options"], t["return_to_go"])
+                for t in state["turns"]
+            ),
             maxlen=self.capacity,
         )
         rng_state = state["rng"]

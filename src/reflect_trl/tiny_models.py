@@ -102,7 +102,9 @@ def build_model_config(arch: str, tokenizer, preset: str = "tiny"):
         pad_token_id=tokenizer.pad_token_id,
     )
     if arch == "gpt2":
-        return GPT2Config(n_embd=p["hidden"], n_layer=p["layers"], n_head=p["heads"], n_positions=p["context"], **common)
+        return GPT2Config(
+            n_embd=p["hidden"], n_layer=p["layers"], n_head=p["heads"], n_positions=p["context"], **common
+        )
     return LlamaConfig(
         hidden_size=p["hidden"],
         num_hidden_layers=p["layers"],
@@ -138,6 +140,12 @@ def build_tiny_model(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
-    meta = {"arch": arch, "preset": preset, "seed": seed, "envs": list(envs), "params": model.num_parameters()}
+    meta = {
+        "arch": arch,
+        "preset": preset,
+        "seed": seed,
+        "envs": list(envs),
+        "params": model.num_parameters(),
+    }
     (output_dir / "reflect_trl_tiny.json").write_text(json.dumps(meta, indent=2) + "\n")
     return output_dir

@@ -59,13 +59,24 @@ def test_training_runs_and_logs_env_metrics(tiny_model_dir, tmp_path, estimator)
     trainer.train()
     logs = trainer.state.log_history
     keys = set().union(*(h.keys() for h in logs))
-    for key in ("env/success_rate", "env/return", "env/episode_length", "env/crash_rate", "entropy",
-                "rollout/reflection_stop_rate", "rollout/reflection_tokens", "curriculum/stage", "clip_ratio/region_mean"):
+    for key in (
+        "env/success_rate",
+        "env/return",
+        "env/episode_length",
+        "env/crash_rate",
+        "entropy",
+        "rollout/reflection_stop_rate",
+        "rollout/reflection_tokens",
+        "curriculum/stage",
+        "clip_ratio/region_mean",
+    ):
         assert key in keys, key
     if estimator == "gae":
         assert "value_loss" in keys
         assert (tmp_path / "episodes").is_dir()
-    changed = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])]
+    changed = [
+        n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])
+    ]
     assert changed, "no parameter changed"
 
 
@@ -85,7 +96,9 @@ def test_ratio_is_exactly_one_on_first_epoch(tiny_model_dir, tmp_path):
     trainer._batch_num_options = chunk["num_options"]
     ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], 1)
     mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], 1)
-    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 1, compute_entropy=True)
+    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, mask, 1, compute_entropy=True
+    )
     ratio = torch.exp(logps - chunk["old_per_token_logps"])
     assert torch.equal(ratio, torch.ones_like(ratio))
     assert torch.all(entropy >= 0)
@@ -176,5 +189,7 @@ def test_config_rejects_unknown_estimator():
 
 
 def test_env_kwargs_json_string():
-    cfg = ReflectPPOConfig(output_dir="/tmp/x", env_kwargs=json.dumps({"horizon": 7}), use_cpu=True, bf16=False)
+    cfg = ReflectPPOConfig(
+        output_dir="/tmp/x", env_kwargs=json.dumps({"horizon": 7}), use_cpu=True, bf16=False
+    )
     assert cfg.env_kwargs == {"horizon": 7}

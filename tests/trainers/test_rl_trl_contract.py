@@ -27,14 +27,28 @@ def test_generate_and_score_is_called_from_prepare_inputs():
 
 def test_logps_hook_signature():
     params = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
-    assert params[:7] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"]
+    assert params[:7] == [
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+    ]
 
 
 def test_compute_loss_reads_our_batch_keys():
     src = inspect.getsource(GRPOTrainer._compute_loss)
     assert src.count("self._get_per_token_logps_and_entropies(") == 1
-    for key in ('inputs["advantages"]', 'inputs.get("old_per_token_logps")', 'inputs["ref_per_token_logps"]',
-                'inputs["prompt_ids"]', 'inputs["completion_ids"]', 'inputs["completion_mask"]'):
+    for key in (
+        'inputs["advantages"]',
+        'inputs.get("old_per_token_logps")',
+        'inputs["ref_per_token_logps"]',
+        'inputs["prompt_ids"]',
+        'inputs["completion_ids"]',
+        'inputs["completion_mask"]',
+    ):
         assert key in src, key
     assert "advantages.dim() == 1" in src  # per-sample advantages accepted
 

@@ -111,7 +111,9 @@ class TextEnv(ABC):
 
     def check_difficulty(self, difficulty: str) -> str:
         if difficulty not in self.stages:
-            raise ValueError(f"{self.name}: unknown difficulty {difficulty!r}; known stages: {list(self.stages)}")
+            raise ValueError(
+                f"{self.name}: unknown difficulty {difficulty!r}; known stages: {list(self.stages)}"
+            )
         return difficulty
 
     # -- episode -----------------------------------------------------------------------------------------

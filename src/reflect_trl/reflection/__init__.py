@@ -22,7 +22,9 @@ def register_oracle_reflector(env_name: str, target: str) -> None:
 def get_oracle_reflector(env_name: str, **kwargs) -> Reflector:
     """The offline, seeded oracle reflector of an environment."""
     if env_name not in _ORACLE_REFLECTORS:
-        raise KeyError(f"no oracle reflector for environment {env_name!r}; known: {sorted(_ORACLE_REFLECTORS)}")
+        raise KeyError(
+            f"no oracle reflector for environment {env_name!r}; known: {sorted(_ORACLE_REFLECTORS)}"
+        )
     module_name, _, attr = _ORACLE_REFLECTORS[env_name].partition(":")
     return getattr(importlib.import_module(module_name), attr)(**kwargs)
 

@@ -112,7 +112,9 @@ class ReflectionModel:
                 while n and row[n - 1] == pad:
                     n -= 1
             raw = self.tokenizer.decode(row[:n], skip_special_tokens=False)
-            did_stop = (self._stop_ids is not None and n and row[n - 1] in self._stop_ids) or STOP_MARKER in raw
+            did_stop = (
+                self._stop_ids is not None and n and row[n - 1] in self._stop_ids
+            ) or STOP_MARKER in raw
             texts.append(clean_reflection(raw.replace(self.tokenizer.eos_token or "\0", "")))
             counts.append(n)
             stopped.append(bool(did_stop))

@@ -71,21 +71,42 @@ class ReflectPPOConfig(GRPOConfig):
 
     # GRPOConfig fields whose defaults differ here.
     disable_dropout: bool = field(
-        default=True, metadata={"help": "Disable dropout so rollout and training log-probs agree (PPO ratio = 1)."}
+        default=True,
+        metadata={"help": "Disable dropout so rollout and training log-probs agree (PPO ratio = 1)."},
     )
-    loss_type: str = field(default="grpo", metadata={"help": "GRPO loss aggregation; one token per sample here."})
+    loss_type: str = field(
+        default="bnpo",
+        metadata={
+            "help": "GRPO loss aggregation. One token per sample: 'bnpo' = mean over the real samples."
+        },
+    )
     num_generations: int | None = field(default=4, metadata={"help": "Episodes per task (group baseline)."})
     max_completion_length: int | None = field(default=1, metadata={"help": "Always 1: one option label."})
     learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate."})
-    env: str = field(default="taxi", metadata={"help": "Registered environment name."})
-    env_kwargs: dict | str | None = field(default=None, metadata={"help": "Environment kwargs (dict or JSON)."})
+    env_name: str = field(
+        default="taxi",
+        metadata={
+            "aliases": ["--env"],
+            "help": "Registered environment name (YAML key env_name: TrlParser reserves env).",
+        },
+    )
+    env_kwargs: dict | str | None = field(
+        default=None, metadata={"help": "Environment kwargs (dict or JSON)."}
+    )
     reflection_model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Frozen reflection model (hub id or local dir). None/'none' = no reflection."}
+        default=None,
+        metadata={"help": "Frozen reflection model (hub id or local dir). None/'none' = no reflection."},
     )
     reflection_max_new_tokens: int = field(default=64, metadata={"help": "Token budget of one reflection."})
-    reflection_temperature: float = field(default=1.0, metadata={"help": "Reflection sampling temperature (0 = greedy)."})
-    reflection_load_in_8bit: bool = field(default=False, metadata={"help": "Load the reflection model in 8-bit."})
-    reflection_load_in_4bit: bool = field(default=False, metadata={"help": "Load the reflection model in 4-bit."})
+    reflection_temperature: float = field(
+        default=1.0, metadata={"help": "Reflection sampling temperature (0 = greedy)."}
+    )
+    reflection_load_in_8bit: bool = field(
+        default=False, metadata={"help": "Load the reflection model in 8-bit."}
+    )
+    reflection_load_in_4bit: bool = field(
+        default=False, metadata={"help": "Load the reflection model in 4-bit."}
+    )
     reflection_dtype: str = field(default="auto", metadata={"help": "dtype of the reflection model."})
     advantage_estimator: str = field(default="rloo", metadata={"help": "reinforce | rloo | gae"})
     gamma: float = field(default=1.0, metadata={"help": "Discount over turns."})
@@ -94,9 +115,13 @@ class ReflectPPOConfig(GRPOConfig):
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages over the batch."})
     vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
     value_clip: float = field(default=0.2, metadata={"help": "Value clipping range (gae)."})
-    replay_buffer_size: int = field(default=0, metadata={"help": "Successful-turn replay capacity (0 = off)."})
+    replay_buffer_size: int = field(
+        default=0, metadata={"help": "Successful-turn replay capacity (0 = off)."}
+    )
     replay_samples: int = field(default=8, metadata={"help": "Replayed turns added to each rollout batch."})
-    replay_weight: float = field(default=0.1, metadata={"help": "Advantage given to replayed successful turns."})
+    replay_weight: float = field(
+        default=0.1, metadata={"help": "Advantage given to replayed successful turns."}
+    )
     curriculum: bool = field(default=True, metadata={"help": "Train stage by stage (easy first)."})
     curriculum_stages: list[str] | None = field(
         default=None, metadata={"help": "Stages to train on (default: the env's stages)."}
@@ -105,13 +130,17 @@ class ReflectPPOConfig(GRPOConfig):
     curriculum_stage_starts: list[int] | None = field(
         default=None, metadata={"help": "Optimizer step at which each stage starts (schedule=steps)."}
     )
-    curriculum_threshold: float = field(default=0.8, metadata={"help": "Success rate that promotes (success)."})
+    curriculum_threshold: float = field(
+        default=0.8, metadata={"help": "Success rate that promotes (success)."}
+    )
     curriculum_window: int = field(default=64, metadata={"help": "Episodes in the success window (success)."})
     num_train_tasks: int = field(default=256, metadata={"help": "Training tasks per stage."})
     task_seed: int = field(default=0, metadata={"help": "Seed of the task generator."})
     shuffle_options: bool = field(default=False, metadata={"help": "Seeded shuffling of the option order."})
     option_labels: str | None = field(default=None, metadata={"help": "Option labels (default A-Z a-z 0-9)."})
-    max_prompt_length: int | None = field(default=None, metadata={"help": "Left-truncate policy prompts to this."})
+    max_prompt_length: int | None = field(
+        default=None, metadata={"help": "Left-truncate policy prompts to this."}
+    )
     log_episodes_every: int = field(default=50, metadata={"help": "Every N rollouts, log sample episodes."})
     num_logged_episodes: int = field(default=2, metadata={"help": "Episodes per episode table."})
 
@@ -162,7 +191,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         vocab = len(self._tokenizer)
         self._token_to_option = torch.full((max(vocab, int(self.option_head.label_ids.max()) + 1),), -1)
         self._token_to_option[self.option_head.label_ids] = torch.arange(self.option_head.num_labels)
-        env_class = get_env_class(args.env)
+        env_class = get_env_class(args.env_name)
         self.env_class = env_class
 
         # Tasks per curriculum stage, from the train dataset.
@@ -173,7 +202,9 @@ class ReflectPPOTrainer(GRPOTrainer):
         stages = list(args.curriculum_stages or [s for s in env_class.stages if s in self._pools])
         missing = [s for s in stages if not self._pools.get(s)]
         if missing:
-            raise ValueError(f"no training tasks for curriculum stage(s) {missing}; stages with tasks: {sorted(self._pools)}")
+            raise ValueError(
+                f"no training tasks for curriculum stage(s) {missing}; stages with tasks: {sorted(self._pools)}"
+            )
         self.stages = stages
         self.curriculum = Curriculum(
             stages=stages if args.curriculum else ["all"],
@@ -200,9 +231,11 @@ class ReflectPPOTrainer(GRPOTrainer):
         # Frozen reflection player.
         self.reflection = None
         if reflection_model is not None:
-            if getattr(reflection_model, "hf_device_map", None) is None and not getattr(
-                reflection_model, "is_loaded_in_8bit", False
-            ) and not getattr(reflection_model, "is_loaded_in_4bit", False):
+            if (
+                getattr(reflection_model, "hf_device_map", None) is None
+                and not getattr(reflection_model, "is_loaded_in_8bit", False)
+                and not getattr(reflection_model, "is_loaded_in_4bit", False)
+            ):
                 reflection_model.to(self.accelerator.device)
             self.reflection = ReflectionModel(
                 reflection_model,
@@ -210,7 +243,10 @@ class ReflectPPOTrainer(GRPOTrainer):
                 max_new_tokens=args.reflection_max_new_tokens,
                 temperature=args.reflection_temperature,
             )
-        self.replay = ReplayBuffer(args.replay_buffer_size or 1, seed=derive_seed(args.seed, "replay", self.accelerator.process_index))
+        self.replay = ReplayBuffer(
+            args.replay_buffer_size or 1,
+            seed=derive_seed(args.seed, "replay", self.accelerator.process_index),
+        )
         self._task_rng = random.Random(derive_seed(args.seed, "tasks", self.accelerator.process_index))
         self._rollouts = 0
         self._batch_num_options: torch.Tensor | None = None
@@ -227,10 +263,12 @@ class ReflectPPOTrainer(GRPOTrainer):
             def value_fn(hidden: torch.Tensor) -> torch.Tensor:
                 return head(hidden.float())
 
-        actor = PolicyActor(model, self._tokenizer, self.option_head, self.temperature, greedy=False, value_fn=value_fn)
+        actor = PolicyActor(
+            model, self._tokenizer, self.option_head, self.temperature, greedy=False, value_fn=value_fn
+        )
         if self._engine is None:
             self._engine = RolloutEngine(
-                self.args.env,
+                self.args.env_name,
                 actor,
                 self.reflection,
                 env_kwargs=self.args.env_kwargs,
@@ -322,20 +360,31 @@ class ReflectPPOTrainer(GRPOTrainer):
                 if ep.success:
                     rtg = rl_math.returns_to_go([t.reward for t in ep.turns], self.args.gamma)
                     self.replay.add(
-                        [ReplayTurn(tuple(t.prompt_ids), t.label_token, t.num_options, g) for t, g in zip(ep.turns, rtg, strict=True)]
+                        [
+                            ReplayTurn(tuple(t.prompt_ids), t.label_token, t.num_options, g)
+                            for t, g in zip(ep.turns, rtg, strict=True)
+                        ]
                     )
 
-        # GRPO splits the batch into `steps_per_generation` equal chunks: keep a multiple of it.
+        # Episodes have different lengths, so processes hold different numbers of turns, but GRPO's metric
+        # gathers and its split into `steps_per_generation` chunks need equal sizes: pad every process to the
+        # same multiple of `steps_per_generation` with masked rows (completion_mask 0: no loss, no metrics).
+        n_real = len(rows)
+        local = torch.tensor([n_real], device=device)
+        target = int(self.accelerator.gather(local).max().item())
         chunks = self.args.steps_per_generation
-        keep = len(rows) - len(rows) % chunks if len(rows) >= chunks else len(rows)
-        rows = rows[:keep]
+        target = -(-target // chunks) * chunks
+        padding = [dict(rows[0], advantage=0.0, replay=True, pad=True) for _ in range(target - n_real)]
+        rows = rows + padding
 
         prompt_ids, prompt_mask = left_pad([r["prompt_ids"] for r in rows], self._tokenizer.pad_token_id)
         batch: dict[str, Any] = {
             "prompt_ids": prompt_ids.to(device),
             "prompt_mask": prompt_mask.to(device),
             "completion_ids": torch.tensor([[r["label"]] for r in rows], dtype=torch.long, device=device),
-            "completion_mask": torch.ones((len(rows), 1), dtype=torch.long, device=device),
+            "completion_mask": torch.tensor(
+                [[0 if r.get("pad") else 1] for r in rows], dtype=torch.long, device=device
+            ),
             "advantages": torch.tensor([r["advantage"] for r in rows], dtype=torch.float32, device=device),
             "num_options": torch.tensor([r["num_options"] for r in rows], dtype=torch.long, device=device),
             "returns": torch.tensor([r["return"] for r in rows], dtype=torch.float32, device=device),
@@ -348,27 +397,39 @@ class ReflectPPOTrainer(GRPOTrainer):
         with torch.no_grad():
             # Old log-probs with exactly the computation the loss uses: the PPO ratio is 1 on the first epoch.
             self._batch_num_options = batch["num_options"]
-            old_logps, _, _ = self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, 1)
+            old_logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, 1
+            )
             batch["old_per_token_logps"] = old_logps
             if self.beta != 0.0:
                 if self.ref_model is not None:
-                    ref, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, 1)
+                    ref, _, _ = self._get_per_token_logps_and_entropies(
+                        self.ref_model, input_ids, attention_mask, 1
+                    )
                 else:
                     unwrapped = self.accelerator.unwrap_model(self.model)
-                    with use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None):
-                        ref, _, _ = self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, 1)
+                    with use_adapter(
+                        unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None
+                    ):
+                        ref, _, _ = self._get_per_token_logps_and_entropies(
+                            self.model, input_ids, attention_mask, 1
+                        )
                 batch["ref_per_token_logps"] = ref
         sampling = torch.tensor([r["sampling_logp"] for r in rows], device=device)
-        on_policy = ~torch.isnan(sampling)
-        if on_policy.any():
-            gap = (sampling[on_policy] - old_logps.view(-1)[on_policy]).abs().max()
-            self._metrics[mode]["rollout/logp_gap_max"].append(self.accelerator.gather(gap).max().item())
+        on_policy = ~torch.isnan(sampling) & (batch["completion_mask"].view(-1) > 0)
+        diff = (sampling - old_logps.view(-1)).abs().masked_fill(~on_policy, 0.0)
+        gap = (
+            diff.max() if diff.numel() else torch.zeros((), device=device)
+        )  # a collective: every rank calls it
+        self._metrics[mode]["rollout/logp_gap_max"].append(self.accelerator.gather(gap).max().item())
 
-        self._log_rollout(mode, stage, episodes, rollout_seconds, len(rows))
+        self._log_rollout(mode, stage, episodes, rollout_seconds, n_real)
         self._rollouts += 1
         return batch
 
-    def _log_rollout(self, mode: str, stage: str, episodes: list[Episode], seconds: float, n_samples: int) -> None:
+    def _log_rollout(
+        self, mode: str, stage: str, episodes: list[Episode], seconds: float, n_samples: int
+    ) -> None:
         """Gather episode outcomes from all processes, log metrics, update the curriculum."""
         local = [(ep.success, ep.total_return, ep.length, ep.crashed) for ep in episodes]
         everything = gather_object(local)
@@ -420,7 +481,14 @@ class ReflectPPOTrainer(GRPOTrainer):
 
     # ----------------------------------------------------------------------------------------------- the loss
     def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **_: Any
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        **_: Any,
     ):
         """Log-prob of the chosen option under the option-restricted head (shape (B, 1)), and its entropy.
 
@@ -428,7 +496,9 @@ class ReflectPPOTrainer(GRPOTrainer):
         label tokens and masked to the options offered in that prompt (``self._batch_num_options``).
         """
         if logits_to_keep != 1:
-            raise ValueError(f"ReflectPPOTrainer scores one option token per sample, got logits_to_keep={logits_to_keep}")
+            raise ValueError(
+                f"ReflectPPOTrainer scores one option token per sample, got logits_to_keep={logits_to_keep}"
+            )
         num_options = self._batch_num_options
         if num_options is None or num_options.shape[0] != input_ids.shape[0]:
             raise RuntimeError("option counts for the batch are missing; call through compute_loss")
@@ -448,7 +518,9 @@ class ReflectPPOTrainer(GRPOTrainer):
                     output_hidden_states=self._want_hidden,
                 )
             label_ids = self.option_head.label_ids.to(out.logits.device)
-            table = masked_log_probs(out.logits[:, -1, :].index_select(-1, label_ids), num_options[s : s + bs], self.temperature)
+            table = masked_log_probs(
+                out.logits[:, -1, :].index_select(-1, label_ids), num_options[s : s + bs], self.temperature
+            )
             logps.append(table.gather(-1, targets[s : s + bs, None]))
             if compute_entropy:
                 entropies.append(entropy_from_log_probs(table)[:, None])
@@ -480,7 +552,9 @@ class ReflectPPOTrainer(GRPOTrainer):
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.args.vf_coef * v_loss / normalizer
             self._metrics[mode]["value_loss"].append(self.accelerator.gather(v_loss.detach()).mean().item())
-            self._metrics[mode]["value_clipfrac"].append(self.accelerator.gather(v_clip.detach()).mean().item())
+            self._metrics[mode]["value_clipfrac"].append(
+                self.accelerator.gather(v_clip.detach()).mean().item()
+            )
         self._last_hidden = None
         # Stop every process together on a non-finite loss (a lone raise would hang the others in all-reduce).
         bad = torch.tensor(0.0 if torch.isfinite(loss).all() else 1.0, device=loss.device)
@@ -528,19 +602,23 @@ class ReflectPPOTrainer(GRPOTrainer):
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
         if self.value_head is not None and self.args.should_save:
-            torch.save(self.value_head.state_dict(), Path(output_dir or self.args.output_dir) / VALUE_HEAD_FILE)
+            torch.save(
+                self.value_head.state_dict(), Path(output_dir or self.args.output_dir) / VALUE_HEAD_FILE
+            )
 
 
 def tasks_to_dataset(tasks: list[Task]) -> Dataset:
     """The RL train dataset: one row per task (``prompt`` = task id, ``task`` = the task as JSON)."""
-    return Dataset.from_list([{"prompt": t.task_id, "task": json.dumps(t.to_dict(), sort_keys=True)} for t in tasks])
+    return Dataset.from_list(
+        [{"prompt": t.task_id, "task": json.dumps(t.to_dict(), sort_keys=True)} for t in tasks]
+    )
 
 
 def build_train_tasks(args: ReflectPPOConfig) -> list[Task]:
     """``num_train_tasks`` training tasks for each stage the run trains on."""
     from reflect_trl.envs import make_env
 
-    env = make_env(args.env, **(args.env_kwargs or {}))
+    env = make_env(args.env_name, **(args.env_kwargs or {}))
     stages = args.curriculum_stages or list(env.stages)
     return [t for s in stages for t in env.make_tasks("train", args.num_train_tasks, args.task_seed, s)]
 
@@ -588,7 +666,30 @@ def run_rl(argv: list[str] | None = None) -> ReflectPPOTrainer:
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(args.output_dir)
+        write_log_history(trainer)
+    shutdown_distributed()
     return trainer
+
+
+def write_log_history(trainer) -> Path:
+    """The run's logged metrics as ``log_history.json`` (learning curves, README results)."""
+    path = Path(trainer.args.output_dir) / "log_history.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
+    return path
+
+
+def shutdown_distributed() -> None:
+    """Tear the process group down explicitly before interpreter exit.
+
+    Left to interpreter shutdown, gloo's worker threads can still be joinable while static objects are
+    destroyed, and the process aborts with "terminate called without an active exception" after training has
+    finished (seen on about one 2-process CPU run in seven). A barrier + ``destroy_process_group`` joins them."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 __all__ = ["ReflectPPOConfig", "ReflectPPOTrainer", "build_train_tasks", "run_rl", "tasks_to_dataset"]

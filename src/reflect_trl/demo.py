@@ -1,0 +1,369 @@
+"""``make demo``: the whole Reflect-RL method end to end on tiny offline models, on a CPU.
+
+Steps (each prints progress and its wall time):
+
+1. build a tiny GPT-2 + BPE tokenizer (offline);
+2. generate DangerousTaxi SFT data with negative examples (and the positive-only variants);
+3. SFT warm-ups: reflection model (with / without negatives), policy with reflection (with / without
+   negatives), plain policy;
+4. online RL of the policy for four variants (the paper's ablations);
+5. evaluate five configurations on held-out tasks, write the results table (markdown + JSON), PNG plots, and
+   keep the wandb offline run directories.
+
+Everything lands in ``outputs/demo/`` (configurable) and is reproducible for a seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class DemoConfig:
+    output_dir: str = "outputs/demo"
+    seed: int = 0
+    model_preset: str = "tiny"
+    # data
+    n_train_tasks: int = 120
+    n_val_tasks: int = 20
+    negative_prob: float = 0.5
+    # SFT
+    sft_policy_steps: int = 400
+    sft_reflection_steps: int = 500
+    sft_batch_size: int = 32
+    sft_learning_rate: float = 3e-3
+    # RL
+    rl_steps: int = 45
+    rl_batch_size: int = 16  # episodes per step
+    rl_num_generations: int = 4
+    rl_learning_rate: float = 2e-4
+    rl_advantage_estimator: str = "rloo"
+    rl_reflection_max_new_tokens: int = 48
+    rl_num_iterations: int = 2
+    # eval
+    eval_episodes_per_stage: int = 100
+    eval_decodings: list[str] = field(default_factory=lambda: ["greedy", "sampled"])
+    report_to: str = "wandb"
+
+    @classmethod
+    def smoke(cls, output_dir: str) -> DemoConfig:
+        """A handful of steps per stage: exercises every step and writes every output file in well under a minute."""
+        return cls(
+            output_dir=output_dir,
+            model_preset="nano",
+            n_train_tasks=6,
+            n_val_tasks=3,
+            sft_policy_steps=3,
+            sft_reflection_steps=3,
+            sft_batch_size=8,
+            rl_steps=3,
+            rl_batch_size=4,
+            rl_num_generations=2,
+            rl_reflection_max_new_tokens=6,
+            rl_num_iterations=1,
+            eval_episodes_per_stage=3,
+            eval_decodings=["greedy"],
+            report_to="none",
+        )
+
+
+# Variants: name -> (policy SFT data, reflection SFT data or None, RL settings or None)
+SFT_RUNS = {
+    "sft_reflection": ("reflection", "reflection"),
+    "sft_reflection_positive": ("reflection_positive", "reflection"),
+    "sft_policy": ("policy_reflect", "policy"),
+    "sft_policy_positive": ("policy_reflect_positive", "policy"),
+    "sft_plain": ("policy_plain", "policy"),
+}
+RL_RUNS = {
+    # name: (policy init, reflection model, curriculum)
+    "rl_plain": ("sft_plain", None, True),
+    "rl_reflect": ("sft_policy", "sft_reflection", True),
+    "rl_reflect_no_negatives": ("sft_policy_positive", "sft_reflection_positive", True),
+    "rl_reflect_no_curriculum": ("sft_policy", "sft_reflection", False),
+}
+TABLE_ROWS = [
+    # (row label, policy run, reflection run)
+    ("SFT only", "sft_plain", None),
+    ("SFT + RL w/o reflection", "rl_plain", None),
+    ("Reflect-RL", "rl_reflect", "sft_reflection"),
+    ("Reflect-RL w/o negative examples", "rl_reflect_no_negatives", "sft_reflection_positive"),
+    ("Reflect-RL w/o curriculum", "rl_reflect_no_curriculum", "sft_reflection"),
+]
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+    def step(self, name: str):
+        progress = self
+
+        class _Timer:
+            def __enter__(self_inner):
+                self_inner.t0 = time.perf_counter()
+                print(f"\n[demo {progress.elapsed()}] >>> {name}", flush=True)
+
+            def __exit__(self_inner, *exc):
+                seconds = time.perf_counter() - self_inner.t0
+                progress.timings[name] = seconds
+                if exc[0] is None:
+                    print(f"[demo {progress.elapsed()}] <<< {name} done in {seconds:.1f}s", flush=True)
+
+        return _Timer()
+
+    def elapsed(self) -> str:
+        s = int(time.perf_counter() - self.start)
+        return f"{s // 60:02d}:{s % 60:02d}"
+
+
+def _finish_wandb() -> None:
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(quiet=True)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _common_train_args(cfg: DemoConfig, run_dir: Path) -> list[str]:
+    os.environ["WANDB_DIR"] = str(run_dir.resolve())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        "--output_dir",
+        str(run_dir),
+        "--use_cpu",
+        "true",
+        "--bf16",
+        "false",
+        "--seed",
+        str(cfg.seed),
+        "--report_to",
+        cfg.report_to,
+        "--run_name",
+        run_dir.name,
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+    ]
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    from reflect_trl.data_builder import DataBuilderConfig, build_datasets
+    from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
+    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
+    from reflect_trl.tiny_models import build_tiny_model
+    from reflect_trl.tracking import configure_tracking
+    from reflect_trl.trainers.rl import run_rl
+    from reflect_trl.trainers.sft import run_sft_cli
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    configure_tracking(cfg.report_to, out)
+    progress = _Progress()
+    runs = out / "runs"
+
+    with progress.step("1/5 tiny model + tokenizer"):
+        base = build_tiny_model(
+            out / "models" / "tiny-gpt2", arch="gpt2", preset=cfg.model_preset, seed=cfg.seed
+        )
+
+    with progress.step("2/5 DangerousTaxi data with negative examples"):
+        build_datasets(
+            DataBuilderConfig(
+                env_name="taxi",
+                n_train_tasks=cfg.n_train_tasks,
+                n_val_tasks=cfg.n_val_tasks,
+                negative_prob=cfg.negative_prob,
+                seed=cfg.seed,
+                output_dir=str(out / "data"),
+            )
+        )
+    data = out / "data" / "taxi"
+
+    for i, (name, (dataset, role)) in enumerate(SFT_RUNS.items(), 1):
+        with progress.step(f"3/5 SFT {i}/{len(SFT_RUNS)}: {name} ({role} on {dataset})"):
+            steps = cfg.sft_reflection_steps if role == "reflection" else cfg.sft_policy_steps
+            run_sft_cli(
+                [
+                    "--model_name_or_path",
+                    str(base),
+                    "--dataset_path",
+                    str(data / dataset),
+                    "--env_name",
+                    "taxi",
+                    "--role",
+                    role,
+                    "--max_steps",
+                    str(steps),
+                    "--per_device_train_batch_size",
+                    str(cfg.sft_batch_size),
+                    "--learning_rate",
+                    str(cfg.sft_learning_rate),
+                    "--lr_scheduler_type",
+                    "cosine",
+                    "--warmup_steps",
+                    str(max(1, steps // 20)),
+                    "--logging_steps",
+                    str(max(1, steps // 10)),
+                    "--eval_strategy",
+                    "no",
+                    "--max_length",
+                    "768",
+                    "--eval_num_policy_samples",
+                    "128",
+                    "--eval_num_reflection_samples",
+                    "32",
+                    "--reflection_max_new_tokens",
+                    str(cfg.rl_reflection_max_new_tokens),
+                    *_common_train_args(cfg, runs / name),
+                ]
+            )
+            _finish_wandb()
+
+    for i, (name, (policy, reflection, curriculum)) in enumerate(RL_RUNS.items(), 1):
+        with progress.step(f"4/5 RL {i}/{len(RL_RUNS)}: {name}"):
+            argv = [
+                "--model_name_or_path",
+                str(runs / policy),
+                "--reflection_model_name_or_path",
+                str(runs / reflection) if reflection else "none",
+                "--env_name",
+                "taxi",
+                "--max_steps",
+                str(cfg.rl_steps),
+                "--per_device_train_batch_size",
+                str(cfg.rl_batch_size),
+                "--num_generations",
+                str(cfg.rl_num_generations),
+                "--num_iterations",
+                str(cfg.rl_num_iterations),
+                "--learning_rate",
+                str(cfg.rl_learning_rate),
+                "--advantage_estimator",
+                cfg.rl_advantage_estimator,
+                "--reflection_max_new_tokens",
+                str(cfg.rl_reflection_max_new_tokens),
+                "--reflection_temperature",
+                "0",
+                "--num_train_tasks",
+                str(max(cfg.n_train_tasks, 8)),
+                "--task_seed",
+                str(cfg.seed),
+                "--curriculum",
+                "true" if curriculum else "false",
+                "--logging_steps",
+                "1",
+                "--log_episodes_every",
+                str(max(1, cfg.rl_steps // 3)),
+                *_common_train_args(cfg, runs / name),
+            ]
+            if not curriculum:
+                argv += ["--curriculum_stages", "full"]
+            run_rl(argv)
+            _finish_wandb()
+
+    with progress.step("5/5 evaluation, table and plots"):
+        settings = EvalSettings(
+            env_name="taxi",
+            episodes_per_stage=cfg.eval_episodes_per_stage,
+            decodings=list(cfg.eval_decodings),
+            seed=cfg.seed + 1000,
+            reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
+            reflection_temperature=1.0,
+        )
+        configurations = [
+            EvalConfiguration(label, str(runs / policy), str(runs / refl) if refl else None)
+            for label, policy, refl in TABLE_ROWS
+        ]
+        report = evaluate(configurations, settings)
+        paths = report.write(out / "eval")
+        curves = {
+            label: load_log_history(runs / policy)
+            for label, policy, _ in TABLE_ROWS
+            if policy.startswith("rl_")
+        }
+        plots = [plot_learning_curves(curves, out / "learning_curves.png")]
+        for decoding in cfg.eval_decodings:
+            plots.append(
+                plot_success_bars(
+                    [asdict(r) for r in report.results],
+                    out / f"success_bars_{decoding}.png",
+                    decoding=decoding,
+                )
+            )
+
+    summary = {
+        "config": asdict(cfg),
+        "timings_seconds": progress.timings,
+        "total_seconds": time.perf_counter() - progress.start,
+        "results": [asdict(r) for r in report.results],
+        "sft_metrics": {
+            name: json.loads((runs / name / "sft_metrics.json").read_text())
+            for name in SFT_RUNS
+            if (runs / name / "sft_metrics.json").is_file()
+        },
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "results.md").write_text(results_markdown(summary, report.markdown()))
+    wandb_dirs = sorted(str(p) for p in runs.glob("*/wandb/offline-run-*"))
+    print("\n" + report.markdown())
+    print(f"[demo] finished in {summary['total_seconds'] / 60:.1f} min. Outputs:")
+    print(f"  results table : {paths['markdown']} and {paths['json']} (summary: {out / 'results.md'})")
+    print(f"  transcripts   : {out / 'eval' / 'transcripts'}")
+    print(f"  plots         : {', '.join(str(p) for p in plots)}")
+    print(f"  runs          : {runs} (models, log_history.json, episodes/)")
+    print(
+        f"  wandb offline : {len(wandb_dirs)} run dir(s) under {runs}/*/wandb (upload with `wandb sync <dir>`)"
+    )
+    return summary
+
+
+def results_markdown(summary: dict[str, Any], table: str) -> str:
+    cfg = summary["config"]
+    timings = "\n".join(f"| {k} | {v:.0f} s |" for k, v in summary["timings_seconds"].items())
+    return (
+        "# reflect-trl demo results\n\n"
+        f"Seed {cfg['seed']}, tiny GPT-2 preset `{cfg['model_preset']}` for both players, DangerousTaxi, "
+        f"total wall time {summary['total_seconds'] / 60:.1f} min.\n\n{table}\n"
+        f"| step | wall time |\n|---|---|\n{timings}\n"
+    )
+
+
+def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="reflect-trl demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--output_dir", default="outputs/demo")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (a minute)")
+    parser.add_argument("--report_to", default=None, help="wandb (offline without an API key) or none")
+    args, rest = parser.parse_known_args(argv)
+    cfg = DemoConfig.smoke(args.output_dir) if args.smoke else DemoConfig(output_dir=args.output_dir)
+    cfg = replace(cfg, seed=args.seed)
+    if args.report_to:
+        cfg = replace(cfg, report_to=args.report_to)
+    # --field value overrides of any DemoConfig field
+    fields = DemoConfig.__dataclass_fields__
+    it = iter(rest)
+    for flag in it:
+        key = flag.lstrip("-")
+        if key not in fields:
+            parser.error(f"unknown option {flag}; DemoConfig fields: {sorted(fields)}")
+        value = next(it, None)
+        if value is None:
+            parser.error(f"{flag} needs a value")
+        current = getattr(cfg, key)
+        cast = type(current) if not isinstance(current, list) else (lambda v: v.split(","))
+        cfg = replace(cfg, **{key: cast(value)})
+    return run_demo(cfg)

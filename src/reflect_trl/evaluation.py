@@ -1,0 +1,394 @@
+"""Evaluation harness: success rates with confidence intervals, tables and readable transcripts.
+
+One *configuration* = a policy (a model path, or the built-in ``oracle`` / ``random`` policies) with or without a
+frozen reflection model. Each configuration plays ``episodes_per_stage`` seeded episodes per curriculum stage on
+held-out tasks (the ``test`` split, whose seeds are disjoint from the ``train`` split), with greedy and/or sampled
+decoding:
+
+* ``greedy``: the policy takes the argmax option, the reflection model decodes greedily;
+* ``sampled``: the policy samples at temperature 1 (as in training and the paper), the reflection model at
+  ``reflection_temperature``.
+
+All configurations see the same tasks and episode seeds, and each (configuration, stage, decoding) cell seeds the
+torch RNG identically, so the same seed reproduces the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reflect_trl.envs import Task, make_env
+from reflect_trl.rollout import Episode, Turn, derive_seed
+
+DECODINGS = ("greedy", "sampled")
+SCRIPTED_POLICIES = ("oracle", "random")
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (95 % by default)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class EvalConfiguration:
+    name: str
+    policy: str  # model path / hub id, or "oracle" / "random"
+    reflection: str | None = None
+
+
+@dataclass
+class EvalSettings:
+    env_name: str = "taxi"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    stages: list[str] | None = None  # None = all of the env's stages
+    episodes_per_stage: int = 100
+    decodings: list[str] = field(default_factory=lambda: list(DECODINGS))
+    split: str = "test"
+    seed: int = 1234
+    batch_size: int = 64
+    reflection_max_new_tokens: int = 64
+    reflection_temperature: float = 1.0
+    shuffle_options: bool = False
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        bad = [d for d in self.decodings if d not in DECODINGS]
+        if bad:
+            raise ValueError(f"unknown decoding(s) {bad}; choose from {DECODINGS}")
+        if self.episodes_per_stage < 1:
+            raise ValueError(f"episodes_per_stage must be >= 1, got {self.episodes_per_stage}")
+
+
+@dataclass
+class EvalResult:
+    configuration: str
+    stage: str
+    decoding: str
+    episodes: int
+    successes: int
+    success_rate: float
+    ci_low: float
+    ci_high: float
+    mean_return: float
+    mean_length: float
+    crash_rate: float
+    seconds: float
+
+    @classmethod
+    def from_episodes(cls, name: str, stage: str, decoding: str, episodes: Sequence[Episode], seconds: float):
+        n = len(episodes)
+        k = sum(ep.success for ep in episodes)
+        lo, hi = wilson_interval(k, n)
+        return cls(
+            configuration=name,
+            stage=stage,
+            decoding=decoding,
+            episodes=n,
+            successes=k,
+            success_rate=k / n if n else 0.0,
+            ci_low=lo,
+            ci_high=hi,
+            mean_return=sum(ep.total_return for ep in episodes) / max(n, 1),
+            mean_length=sum(ep.length for ep in episodes) / max(n, 1),
+            crash_rate=sum(ep.crashed for ep in episodes) / max(n, 1),
+            seconds=seconds,
+        )
+
+
+def eval_tasks(settings: EvalSettings, stage: str) -> tuple[list[Task], list[int]]:
+    """The held-out tasks and episode seeds of one stage (identical for every configuration)."""
+    env = make_env(settings.env_name, **settings.env_kwargs)
+    tasks = env.make_tasks(settings.split, settings.episodes_per_stage, seed=settings.seed, difficulty=stage)
+    seeds = [derive_seed(settings.seed, "eval", stage, i) for i in range(len(tasks))]
+    return tasks, seeds
+
+
+def run_scripted(
+    settings: EvalSettings, policy: str, tasks: Sequence[Task], seeds: Sequence[int]
+) -> list[Episode]:
+    """Episodes of the built-in policies: ``oracle`` (the environment's oracle) or ``random`` (uniform)."""
+    if policy not in SCRIPTED_POLICIES:
+        raise ValueError(f"unknown scripted policy {policy!r}; known: {SCRIPTED_POLICIES}")
+    env = make_env(settings.env_name, **settings.env_kwargs)
+    episodes = []
+    for task, seed in zip(tasks, seeds, strict=True):
+        rng = random.Random(seed)
+        obs = env.reset(seed=seed, task=task)
+        ep = Episode(task=task, seed=seed)
+        for step in range(env.horizon + 1):
+            n = len(obs.actions)
+            action = env.oracle_action() if policy == "oracle" else rng.randrange(n)
+            turn = Turn(
+                step,
+                obs.text,
+                obs.actions,
+                None,
+                [],
+                n,
+                action,
+                action,
+                -math.log(n) if policy == "random" else 0.0,
+                0.0,
+            )
+            obs, reward, terminated, truncated, info = env.step(action)
+            turn.reward = float(reward)
+            ep.turns.append(turn)
+            if terminated or truncated:
+                ep.success, ep.crashed = bool(info.get("success")), bool(info.get("crash"))
+                ep.truncated = bool(truncated and not terminated)
+                break
+        episodes.append(ep)
+    return episodes
+
+
+class _ModelCache:
+    """Loads each model once per evaluation run."""
+
+    def __init__(self, device: str | None) -> None:
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self._models: dict[str, Any] = {}
+
+    def get(self, path: str):
+        if path not in self._models:
+            from reflect_trl.models import load_causal_lm, load_tokenizer
+
+            model = load_causal_lm(path, trainable=False, merge_adapter=True).to(self.device).eval()
+            self._models[path] = (model, load_tokenizer(path))
+        return self._models[path]
+
+
+def run_model_policy(
+    settings: EvalSettings,
+    configuration: EvalConfiguration,
+    decoding: str,
+    tasks: Sequence[Task],
+    seeds: Sequence[int],
+    cache: _ModelCache,
+) -> list[Episode]:
+    from reflect_trl.action_head import OptionHead
+    from reflect_trl.reflection.model import ReflectionModel
+    from reflect_trl.rollout import PolicyActor, RolloutEngine
+
+    model, tokenizer = cache.get(configuration.policy)
+    greedy = decoding == "greedy"
+    actor = PolicyActor(model, tokenizer, OptionHead(tokenizer), temperature=1.0, greedy=greedy)
+    reflection = None
+    if configuration.reflection:
+        r_model, r_tok = cache.get(configuration.reflection)
+        reflection = ReflectionModel(
+            r_model,
+            r_tok,
+            max_new_tokens=settings.reflection_max_new_tokens,
+            temperature=0.0 if greedy else settings.reflection_temperature,
+        )
+    engine = RolloutEngine(
+        settings.env_name,
+        actor,
+        reflection,
+        env_kwargs=settings.env_kwargs,
+        shuffle_options=settings.shuffle_options,
+    )
+    episodes: list[Episode] = []
+    for start in range(0, len(tasks), settings.batch_size):
+        end = start + settings.batch_size
+        episodes.extend(engine.run(tasks[start:end], seeds[start:end]))
+    return episodes
+
+
+@dataclass
+class EvalReport:
+    settings: EvalSettings
+    configurations: list[EvalConfiguration]
+    results: list[EvalResult]
+    transcripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "settings": asdict(self.settings),
+            "configurations": [asdict(c) for c in self.configurations],
+            "results": [asdict(r) for r in self.results],
+        }
+
+    def markdown(self) -> str:
+        lines = [
+            f"Environment `{self.settings.env_name}`, {self.settings.episodes_per_stage} held-out episodes per stage "
+            f"(split `{self.settings.split}`, seed {self.settings.seed}); success rate with 95 % Wilson interval.",
+            "",
+            "| configuration | decoding | stage | success (95% CI) | mean return | mean length | crash rate |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in self.results:
+            lines.append(
+                f"| {r.configuration} | {r.decoding} | {r.stage} | {100 * r.success_rate:.1f}% "
+                f"[{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}] | {r.mean_return:.3f} | {r.mean_length:.2f} | "
+                f"{100 * r.crash_rate:.1f}% |"
+            )
+        return "\n".join(lines) + "\n"
+
+    def write(self, output_dir: str | Path) -> dict[str, Path]:
+        out = Path(output_dir)
+        (out / "transcripts").mkdir(parents=True, exist_ok=True)
+        paths = {"json": out / "results.json", "markdown": out / "results.md"}
+        paths["json"].write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        paths["markdown"].write_text(self.markdown())
+        for key, records in self.transcripts.items():
+            path = out / "transcripts" / f"{safe_filename(key)}.jsonl"
+            with open(path, "w") as f:
+                for record in records:
+                    f.write(json.dumps(record) + "\n")
+        return paths
+
+
+def safe_filename(name: str) -> str:
+    """A file name for a configuration/stage key (spaces and slashes become underscores)."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", name).strip("_") or "unnamed"
+
+
+def read_transcripts(path: str | Path) -> list[dict[str, Any]]:
+    """Load a transcripts JSONL file (errors name the file and line)."""
+    records = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: invalid JSON in transcript ({err.msg})") from err
+    return records
+
+
+def evaluate(
+    configurations: Sequence[EvalConfiguration], settings: EvalSettings, progress: bool = True
+) -> EvalReport:
+    """Evaluate every configuration on every stage and decoding; returns the report (not yet written)."""
+    names = [c.name for c in configurations]
+    if len(set(names)) != len(names):
+        raise ValueError(f"configuration names must be unique, got {names}")
+    stages = settings.stages or list(make_env(settings.env_name, **settings.env_kwargs).stages)
+    cache = _ModelCache(settings.device)
+    report = EvalReport(settings, list(configurations), [])
+    for conf in configurations:
+        for stage in stages:
+            tasks, seeds = eval_tasks(settings, stage)
+            # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
+            decodings = {"oracle": ["greedy"], "random": ["sampled"]}.get(conf.policy, settings.decodings)
+            for decoding in decodings:
+                torch.manual_seed(derive_seed(settings.seed, stage, decoding))
+                start = time.perf_counter()
+                if conf.policy in SCRIPTED_POLICIES:
+                    episodes = run_scripted(settings, conf.policy, tasks, seeds)
+                else:
+                    episodes = run_model_policy(settings, conf, decoding, tasks, seeds, cache)
+                result = EvalResult.from_episodes(
+                    conf.name, stage, decoding, episodes, time.perf_counter() - start
+                )
+                report.results.append(result)
+                report.transcripts[f"{conf.name}__{stage}__{decoding}"] = [ep.transcript() for ep in episodes]
+                if progress:
+                    print(
+                        f"[eval] {conf.name:28s} {stage:10s} {decoding:8s} success {100 * result.success_rate:5.1f}% "
+                        f"[{100 * result.ci_low:.1f}, {100 * result.ci_high:.1f}]  ({result.seconds:.1f}s)",
+                        flush=True,
+                    )
+    return report
+
+
+def _configurations_from(raw: Any, source: str) -> list[EvalConfiguration]:
+    if not isinstance(raw, list):
+        raise ValueError(
+            f"{source}: 'configurations' must be a list of {{name, policy, reflection}} mappings"
+        )
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or "policy" not in item:
+            raise ValueError(f"{source}: configurations[{i}] needs a 'policy' field, got {item!r}")
+        unknown = set(item) - {"name", "policy", "reflection"}
+        if unknown:
+            raise ValueError(f"{source}: configurations[{i}] has unknown field(s) {sorted(unknown)}")
+        out.append(
+            EvalConfiguration(
+                str(item.get("name") or item["policy"]), str(item["policy"]), item.get("reflection")
+            )
+        )
+    return out
+
+
+def eval_cli(argv: Sequence[str] | None = None) -> EvalReport:
+    """``reflect-trl eval --config eval.yaml`` or ``--policy DIR [--reflection DIR]`` (flags override the YAML)."""
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="reflect-trl eval", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML with settings and a 'configurations' list")
+    parser.add_argument("--policy", help="add one configuration: policy path/hub id, or oracle/random")
+    parser.add_argument("--reflection", help="reflection model of that configuration")
+    parser.add_argument("--name", help="name of that configuration")
+    parser.add_argument("--output_dir", default=None)
+    for f in ("env_name", "split", "device"):
+        parser.add_argument(f"--{f}", default=None)
+    for f in ("episodes_per_stage", "seed", "batch_size", "reflection_max_new_tokens"):
+        parser.add_argument(f"--{f}", type=int, default=None)
+    parser.add_argument("--reflection_temperature", type=float, default=None)
+    parser.add_argument("--stages", default=None, help="comma-separated stages")
+    parser.add_argument("--decodings", default=None, help="comma-separated: greedy,sampled")
+    args = parser.parse_args(argv)
+
+    raw: dict[str, Any] = {}
+    if args.config:
+        raw = yaml.safe_load(Path(args.config).read_text()) or {}
+        if not isinstance(raw, dict):
+            parser.error(f"{args.config}: the YAML must be a mapping")
+    source = args.config or "command line"
+    configurations = _configurations_from(raw.pop("configurations", []), source)
+    output_dir = args.output_dir or raw.pop("output_dir", "outputs/eval")
+    raw.pop("output_dir", None)
+    for key in (
+        "env_name",
+        "split",
+        "device",
+        "episodes_per_stage",
+        "seed",
+        "batch_size",
+        "reflection_max_new_tokens",
+        "reflection_temperature",
+    ):
+        if getattr(args, key) is not None:
+            raw[key] = getattr(args, key)
+    if args.stages:
+        raw["stages"] = args.stages.split(",")
+    if args.decodings:
+        raw["decodings"] = args.decodings.split(",")
+    if args.policy:
+        configurations.append(
+            EvalConfiguration(args.name or Path(args.policy).name, args.policy, args.reflection)
+        )
+    if not configurations:
+        parser.error("nothing to evaluate: give --policy or a 'configurations' list in --config")
+    known = set(EvalSettings.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        parser.error(f"{source}: unknown setting(s) {unknown}; known: {sorted(known)}")
+    report = evaluate(configurations, EvalSettings(**raw))
+    paths = report.write(output_dir)
+    print(report.markdown())
+    print(
+        f"[eval] wrote {paths['json']}, {paths['markdown']} and transcripts under {Path(output_dir) / 'transcripts'}"
+    )
+    return report

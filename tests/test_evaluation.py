@@ -1,0 +1,137 @@
+"""Evaluation harness: Wilson intervals, oracle/random policies, model policies, reports and transcripts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from reflect_trl.envs import make_env
+from reflect_trl.evaluation import (
+    EvalConfiguration,
+    EvalSettings,
+    eval_cli,
+    eval_tasks,
+    evaluate,
+    read_transcripts,
+    wilson_interval,
+)
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "lo", "hi"),
+    [  # reference values (Wilson score interval, z = 1.96)
+        (0, 10, 0.0, 0.2775),
+        (10, 10, 0.7225, 1.0),
+        (5, 10, 0.2366, 0.7634),
+        (81, 263, 0.2553, 0.3662),
+        (1, 100, 0.0018, 0.0545),
+    ],
+)
+def test_wilson_interval_known_values(k, n, lo, hi):
+    got_lo, got_hi = wilson_interval(k, n)
+    assert got_lo == pytest.approx(lo, abs=1e-4)
+    assert got_hi == pytest.approx(hi, abs=1e-4)
+
+
+def test_wilson_interval_empty_is_uninformative():
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_oracle_policy_succeeds_everywhere():
+    settings = EvalSettings(env_name="taxi", episodes_per_stage=30, seed=3)
+    report = evaluate([EvalConfiguration("oracle", "oracle")], settings, progress=False)
+    assert {r.stage for r in report.results} == {"pickup", "dropoff", "full"}
+    for r in report.results:
+        assert r.success_rate == 1.0 and r.crash_rate == 0.0 and r.episodes == 30
+
+
+def _random_success_probability(env, steps_left: int, memo: dict) -> float:
+    """Exact probability that a uniform random policy succeeds from the env's state within steps_left steps."""
+    key = (env.state, env.mode, steps_left)
+    if key in memo:
+        return memo[key]
+    if steps_left == 0:
+        return 0.0
+    total = 0.0
+    for action in range(6):
+        probe = env.clone()
+        _, _, terminated, truncated, info = probe.step(action)
+        if info.get("success"):
+            total += 1.0
+        elif not (terminated or truncated):
+            total += _random_success_probability(probe, steps_left - 1, memo)
+    memo[key] = total / 6
+    return memo[key]
+
+
+def test_random_policy_rate_is_within_the_exact_band():
+    settings = EvalSettings(env_name="taxi", episodes_per_stage=200, stages=["pickup"], seed=5)
+    report = evaluate([EvalConfiguration("random", "random")], settings, progress=False)
+    (result,) = report.results
+    env = make_env("taxi")
+    tasks, seeds = eval_tasks(settings, "pickup")
+    memo: dict = {}
+    probs = []
+    for task, seed in zip(tasks, seeds, strict=True):
+        env.reset(seed=seed, task=task)
+        probs.append(_random_success_probability(env, env.horizon, memo))
+    mean = sum(probs)
+    sd = math.sqrt(sum(p * (1 - p) for p in probs))
+    assert 0 < mean < len(probs)
+    assert abs(result.successes - mean) <= 4 * sd + 1, (result.successes, mean, sd)
+
+
+def test_model_policy_with_reflection_report_and_transcripts(tiny_model_dir, tmp_path):
+    settings = EvalSettings(
+        env_name="taxi",
+        episodes_per_stage=4,
+        stages=["pickup", "full"],
+        seed=1,
+        batch_size=3,
+        reflection_max_new_tokens=4,
+    )
+    confs = [
+        EvalConfiguration("plain", tiny_model_dir),
+        EvalConfiguration("reflect", tiny_model_dir, reflection=tiny_model_dir),
+    ]
+    report = evaluate(confs, settings, progress=False)
+    assert len(report.results) == 2 * 2 * 2  # configurations x stages x decodings
+    paths = report.write(tmp_path)
+    data = json.loads(paths["json"].read_text())
+    assert len(data["results"]) == 8
+    table = paths["markdown"].read_text()
+    assert table.count("| reflect |") == 4 and "95% CI" in table
+    transcripts = read_transcripts(tmp_path / "transcripts" / "reflect__pickup__greedy.jsonl")
+    assert len(transcripts) == 4
+    turn = transcripts[0]["turns"][0]
+    assert set(turn) >= {"state", "reflection", "options", "action", "reward"}
+    assert turn["action"] in turn["options"] and turn["reflection"] is not None
+    assert report.transcripts["reflect__pickup__greedy"] == transcripts  # round trip
+    # same seed -> same table
+    again = evaluate(confs, settings, progress=False)
+    assert [r.successes for r in again.results] == [r.successes for r in report.results]
+    assert [r.mean_return for r in again.results] == [r.mean_return for r in report.results]
+
+
+def test_eval_cli_yaml_and_errors(tmp_path, capsys):
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(
+        "env_name: taxi\nepisodes_per_stage: 3\nstages: [pickup]\nconfigurations:\n  - {name: o, policy: oracle}\n"
+    )
+    report = eval_cli(["--config", str(cfg), "--output_dir", str(tmp_path / "out")])
+    assert report.results[0].success_rate == 1.0
+    assert (tmp_path / "out" / "results.md").is_file()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env_name: taxi\nepisodes: 3\nconfigurations: [{policy: oracle}]\n")
+    with pytest.raises(SystemExit):
+        eval_cli(["--config", str(bad)])
+    assert "unknown setting(s) ['episodes']" in capsys.readouterr().err
+
+
+def test_read_transcripts_names_the_bad_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"a": 1}\n{"a": \n')
+    with pytest.raises(ValueError, match=r"t.jsonl:2"):
+        read_transcripts(path)

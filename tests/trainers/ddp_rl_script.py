@@ -1,0 +1,27 @@
+"""Run `reflect-trl rl` under `accelerate launch` and record, per rank, a checksum of the trained weights."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from reflect_trl.trainers.rl import run_rl
+
+if __name__ == "__main__":
+    trainer = run_rl(sys.argv[1:])
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    rank = trainer.accelerator.process_index
+    checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    record = {
+        "rank": rank,
+        "world_size": trainer.accelerator.num_processes,
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "checksum": checksum,
+        "stage": trainer.curriculum.stage,
+        "steps": trainer.state.global_step,
+    }
+    (Path(trainer.args.output_dir) / f"rank{rank}.json").write_text(json.dumps(record) + "\n")
+    torch.distributed.is_initialized()  # the process group was torn down by run_rl
