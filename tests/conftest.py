@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One intra-op thread: tiny models gain nothing from more, and a busy 2-core machine loses a lot.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

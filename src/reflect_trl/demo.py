@@ -3,7 +3,7 @@
 Steps (each prints progress and its wall time):
 
 1. build a tiny GPT-2 + BPE tokenizer (offline);
-2. generate DangerousTaxi SFT data with negative examples (and the positive-only variants);
+2. generate SFT data (DangerousTaxi by default) with negative examples (and the positive-only variants);
 3. SFT warm-ups: reflection model (with / without negatives), policy with reflection (with / without
    negatives), plain policy;
 4. online RL of the policy for four variants (the paper's ablations);
@@ -28,6 +28,8 @@ from typing import Any
 @dataclass
 class DemoConfig:
     output_dir: str = "outputs/demo"
+    env_name: str = "taxi"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     model_preset: str = "tiny"
     # data
@@ -39,6 +41,7 @@ class DemoConfig:
     sft_reflection_steps: int = 500
     sft_batch_size: int = 32
     sft_learning_rate: float = 3e-3
+    sft_eval_samples: int = 128
     # RL
     rl_steps: int = 45
     rl_batch_size: int = 16  # episodes per step
@@ -70,9 +73,15 @@ class DemoConfig:
             rl_num_iterations=1,
             eval_episodes_per_stage=3,
             eval_decodings=["greedy"],
+            sft_eval_samples=4,
             report_to="none",
         )
 
+
+# Environment kwargs the demo uses unless --env_kwargs is given (kept small for the tiny models' context).
+DEFAULT_ENV_KWARGS: dict[str, dict[str, Any]] = {
+    "auto_explore": {"horizon": 15, "max_content_tokens": 48, "max_content_lines": 8},
+}
 
 # Variants: name -> (policy SFT data, reflection SFT data or None, RL settings or None)
 SFT_RUNS = {
@@ -135,27 +144,27 @@ def _finish_wandb() -> None:
         pass
 
 
+def _flags(**values: Any) -> list[str]:
+    """``--key value`` pairs for a CLI argv (booleans as true/false)."""
+    argv: list[str] = []
+    for key, value in values.items():
+        argv += [f"--{key}", ("true" if value else "false") if isinstance(value, bool) else str(value)]
+    return argv
+
+
 def _common_train_args(cfg: DemoConfig, run_dir: Path) -> list[str]:
     os.environ["WANDB_DIR"] = str(run_dir.resolve())
     run_dir.mkdir(parents=True, exist_ok=True)
-    return [
-        "--output_dir",
-        str(run_dir),
-        "--use_cpu",
-        "true",
-        "--bf16",
-        "false",
-        "--seed",
-        str(cfg.seed),
-        "--report_to",
-        cfg.report_to,
-        "--run_name",
-        run_dir.name,
-        "--save_strategy",
-        "no",
-        "--disable_tqdm",
-        "true",
-    ]
+    return _flags(
+        output_dir=run_dir,
+        use_cpu=True,
+        bf16=False,
+        seed=cfg.seed,
+        report_to=cfg.report_to,
+        run_name=run_dir.name,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
 
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
@@ -177,107 +186,75 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
     with progress.step("1/5 tiny model + tokenizer"):
         base = build_tiny_model(
-            out / "models" / "tiny-gpt2", arch="gpt2", preset=cfg.model_preset, seed=cfg.seed
+            out / "models" / "tiny-gpt2", preset=cfg.model_preset, seed=cfg.seed, envs=(cfg.env_name,)
         )
 
-    with progress.step("2/5 DangerousTaxi data with negative examples"):
-        build_datasets(
-            DataBuilderConfig(
-                env_name="taxi",
-                n_train_tasks=cfg.n_train_tasks,
-                n_val_tasks=cfg.n_val_tasks,
-                negative_prob=cfg.negative_prob,
-                seed=cfg.seed,
-                output_dir=str(out / "data"),
-            )
+    with progress.step(f"2/5 {cfg.env_name} data with negative examples"):
+        data_config = DataBuilderConfig(
+            env_name=cfg.env_name,
+            env_kwargs=dict(cfg.env_kwargs),
+            n_train_tasks=cfg.n_train_tasks,
+            n_val_tasks=cfg.n_val_tasks,
+            negative_prob=cfg.negative_prob,
+            seed=cfg.seed,
+            output_dir=str(out / "data"),
         )
-    data = out / "data" / "taxi"
+        build_datasets(data_config)
+    data = out / "data" / cfg.env_name
 
     for i, (name, (dataset, role)) in enumerate(SFT_RUNS.items(), 1):
         with progress.step(f"3/5 SFT {i}/{len(SFT_RUNS)}: {name} ({role} on {dataset})"):
             steps = cfg.sft_reflection_steps if role == "reflection" else cfg.sft_policy_steps
-            run_sft_cli(
-                [
-                    "--model_name_or_path",
-                    str(base),
-                    "--dataset_path",
-                    str(data / dataset),
-                    "--env_name",
-                    "taxi",
-                    "--role",
-                    role,
-                    "--max_steps",
-                    str(steps),
-                    "--per_device_train_batch_size",
-                    str(cfg.sft_batch_size),
-                    "--learning_rate",
-                    str(cfg.sft_learning_rate),
-                    "--lr_scheduler_type",
-                    "cosine",
-                    "--warmup_steps",
-                    str(max(1, steps // 20)),
-                    "--logging_steps",
-                    str(max(1, steps // 10)),
-                    "--eval_strategy",
-                    "no",
-                    "--max_length",
-                    "768",
-                    "--eval_num_policy_samples",
-                    "128",
-                    "--eval_num_reflection_samples",
-                    "32",
-                    "--reflection_max_new_tokens",
-                    str(cfg.rl_reflection_max_new_tokens),
-                    *_common_train_args(cfg, runs / name),
-                ]
+            argv = _flags(
+                model_name_or_path=base,
+                dataset_path=data / dataset,
+                env_name=cfg.env_name,
+                role=role,
+                max_steps=steps,
+                per_device_train_batch_size=cfg.sft_batch_size,
+                learning_rate=cfg.sft_learning_rate,
+                lr_scheduler_type="cosine",
+                warmup_steps=max(1, steps // 20),
+                logging_steps=max(1, steps // 10),
+                eval_strategy="no",
+                max_length=1024,
+                eval_num_policy_samples=cfg.sft_eval_samples,
+                eval_num_reflection_samples=max(1, cfg.sft_eval_samples // 4),
+                reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
             )
+            run_sft_cli(argv + _common_train_args(cfg, runs / name))
             _finish_wandb()
 
     for i, (name, (policy, reflection, curriculum)) in enumerate(RL_RUNS.items(), 1):
         with progress.step(f"4/5 RL {i}/{len(RL_RUNS)}: {name}"):
-            argv = [
-                "--model_name_or_path",
-                str(runs / policy),
-                "--reflection_model_name_or_path",
-                str(runs / reflection) if reflection else "none",
-                "--env_name",
-                "taxi",
-                "--max_steps",
-                str(cfg.rl_steps),
-                "--per_device_train_batch_size",
-                str(cfg.rl_batch_size),
-                "--num_generations",
-                str(cfg.rl_num_generations),
-                "--num_iterations",
-                str(cfg.rl_num_iterations),
-                "--learning_rate",
-                str(cfg.rl_learning_rate),
-                "--advantage_estimator",
-                cfg.rl_advantage_estimator,
-                "--reflection_max_new_tokens",
-                str(cfg.rl_reflection_max_new_tokens),
-                "--reflection_temperature",
-                "0",
-                "--num_train_tasks",
-                str(max(cfg.n_train_tasks, 8)),
-                "--task_seed",
-                str(cfg.seed),
-                "--curriculum",
-                "true" if curriculum else "false",
-                "--logging_steps",
-                "1",
-                "--log_episodes_every",
-                str(max(1, cfg.rl_steps // 3)),
-                *_common_train_args(cfg, runs / name),
-            ]
-            if not curriculum:
-                argv += ["--curriculum_stages", "full"]
-            run_rl(argv)
+            argv = _flags(
+                model_name_or_path=runs / policy,
+                reflection_model_name_or_path=runs / reflection if reflection else "none",
+                env_name=cfg.env_name,
+                env_kwargs=json.dumps(cfg.env_kwargs),
+                max_steps=cfg.rl_steps,
+                per_device_train_batch_size=cfg.rl_batch_size,
+                num_generations=cfg.rl_num_generations,
+                num_iterations=cfg.rl_num_iterations,
+                learning_rate=cfg.rl_learning_rate,
+                advantage_estimator=cfg.rl_advantage_estimator,
+                reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
+                reflection_temperature=0,
+                num_train_tasks=max(cfg.n_train_tasks, 8),
+                task_seed=cfg.seed,
+                curriculum=curriculum,
+                logging_steps=1,
+                log_episodes_every=max(1, cfg.rl_steps // 3),
+            )
+            if not curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
+                argv += _flags(curriculum_stages=_stages(cfg)[-1])
+            run_rl(argv + _common_train_args(cfg, runs / name))
             _finish_wandb()
 
     with progress.step("5/5 evaluation, table and plots"):
         settings = EvalSettings(
-            env_name="taxi",
+            env_name=cfg.env_name,
+            env_kwargs=dict(cfg.env_kwargs),
             episodes_per_stage=cfg.eval_episodes_per_stage,
             decodings=list(cfg.eval_decodings),
             seed=cfg.seed + 1000,
@@ -331,12 +308,18 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     return summary
 
 
+def _stages(cfg: DemoConfig) -> list[str]:
+    from reflect_trl.envs import get_env_class
+
+    return list(get_env_class(cfg.env_name).stages)
+
+
 def results_markdown(summary: dict[str, Any], table: str) -> str:
     cfg = summary["config"]
     timings = "\n".join(f"| {k} | {v:.0f} s |" for k, v in summary["timings_seconds"].items())
     return (
         "# reflect-trl demo results\n\n"
-        f"Seed {cfg['seed']}, tiny GPT-2 preset `{cfg['model_preset']}` for both players, DangerousTaxi, "
+        f"Seed {cfg['seed']}, tiny GPT-2 preset `{cfg['model_preset']}` for both players, env `{cfg['env_name']}`, "
         f"total wall time {summary['total_seconds'] / 60:.1f} min.\n\n{table}\n"
         f"| step | wall time |\n|---|---|\n{timings}\n"
     )
@@ -346,11 +329,14 @@ def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="reflect-trl demo", description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", default="outputs/demo")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--env_name", default="taxi", help="environment (taxi, auto_explore, textworld, ...)")
+    parser.add_argument("--env_kwargs", default=None, help="JSON object of environment kwargs")
     parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (a minute)")
     parser.add_argument("--report_to", default=None, help="wandb (offline without an API key) or none")
     args, rest = parser.parse_known_args(argv)
     cfg = DemoConfig.smoke(args.output_dir) if args.smoke else DemoConfig(output_dir=args.output_dir)
-    cfg = replace(cfg, seed=args.seed)
+    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else DEFAULT_ENV_KWARGS.get(args.env_name, {})
+    cfg = replace(cfg, seed=args.seed, env_name=args.env_name, env_kwargs=env_kwargs)
     if args.report_to:
         cfg = replace(cfg, report_to=args.report_to)
     # --field value overrides of any DemoConfig field

@@ -106,8 +106,8 @@ def plot_success_bars(
             r = match[0]
             xs.append(j + (i - (len(configs) - 1) / 2) * width)
             ys.append(r["success_rate"])
-            lo.append(r["success_rate"] - r["ci_low"])
-            hi.append(r["ci_high"] - r["success_rate"])
+            lo.append(max(0.0, r["success_rate"] - r["ci_low"]))  # clamp float round-off at p = 0 or 1
+            hi.append(max(0.0, r["ci_high"] - r["success_rate"]))
         ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=conf)
     ax.set_xticks(range(len(stages)), stages)
     ax.set_ylabel(f"success rate ({decoding})")

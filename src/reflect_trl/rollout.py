@@ -228,10 +228,19 @@ class RolloutEngine:
         if heads is None or not full:
             ids = self._tokenize(full)
         else:
-            if self._concat_ok is None:  # check once that piecewise tokenisation equals whole-text tokenisation
-                self._concat_ok = heads[0] + self._tokenize([suffixes[0]])[0] == self._tokenize([full[0]])[0]
+            # A head left-truncated by the reflection model's max_prompt_length is not a prefix of the prompt.
+            limit = self.reflection.max_prompt_length if self.reflection is not None else None
+            whole = [not limit or len(h) < limit for h in heads]
+            first = next((k for k, ok in enumerate(whole) if ok), None)
+            if self._concat_ok is None and first is not None:
+                # check once that piecewise tokenisation equals whole-text tokenisation
+                pieces = heads[first] + self._tokenize([suffixes[first]])[0]
+                self._concat_ok = pieces == self._tokenize([full[first]])[0]
             if self._concat_ok:
-                ids = [h + s for h, s in zip(heads, self._tokenize(suffixes), strict=True)]
+                ids = [
+                    h + s if ok else self._tokenize([f])[0]
+                    for h, s, f, ok in zip(heads, self._tokenize(suffixes), full, whole, strict=True)
+                ]
             else:
                 ids = self._tokenize(full)
         if self.max_prompt_length:
