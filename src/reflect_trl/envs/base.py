@@ -134,13 +134,6 @@ class TextEnv(ABC):
     def oracle_action(self) -> int:
         """Index (into the current legal actions) of an optimal action."""
 
-    def is_mistake(self, action_index: int) -> bool:
-        """Whether an action is a mistake here (data builders inject mistakes as negative examples).
-
-        Default: anything but the oracle's action. Environments with several equally good actions override
-        this so that a tie is not labelled a mistake."""
-        return int(action_index) != self.oracle_action()
-
     def clone(self) -> TextEnv:
         """An independent copy at the same state (used to test a candidate action without taking it).
 

@@ -473,17 +473,6 @@ class DangerousTaxiEnv(TextEnv):
             raise RuntimeError(f"taxi: goal {self.goal!r} unreachable from state {self.state}")
         return distance
 
-    def is_mistake(self, action_index: int) -> bool:
-        """A mistake = an action that is on no shortest crash-free route (a crash, or one that does not bring
-        the goal one step closer). Ties with the oracle's choice are not mistakes."""
-        probe = self.clone()
-        _, _, terminated, truncated, info = probe.step(action_index)
-        if info.get("success"):
-            return False
-        if info.get("crash"):
-            return True
-        return probe.oracle_distance() != self.oracle_distance() - 1
-
     def oracle_action(self) -> int:
         """First action of a shortest crash-free route to this mode's success (lowest index on ties)."""
         if self.state < 0:
