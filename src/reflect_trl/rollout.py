@@ -26,7 +26,27 @@ import torch
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
 from reflect_trl.envs import Task, TextEnv, make_env
 from reflect_trl.prompts import build_prompt, options_block, reflection_prompt, with_stop
-from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.reflection.model import (
+    DEFAULT_SHARED_PREFIX_MIN_TOKENS,
+    ReflectionModel,
+    left_pad,
+    position_ids_from_mask,
+    prefix_kv_cache,
+    prefix_layout,
+    shared_prefix_length,
+)
+
+__all__ = [
+    "Episode",
+    "PolicyActor",
+    "RolloutEngine",
+    "RolloutTimings",
+    "Turn",
+    "derive_seed",
+    "episode_metrics",
+    "left_pad",
+    "position_ids_from_mask",
+]
 
 
 @dataclass
@@ -99,23 +119,6 @@ class Episode:
         }
 
 
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that ignore left padding (0 at each sequence's first real token)."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask) of left-padded sequences."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, s in enumerate(sequences):
-        if len(s):
-            ids[i, width - len(s) :] = torch.as_tensor(s, dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    return ids, mask
-
-
 def derive_seed(*parts: Any) -> int:
     """A stable 31-bit seed from its parts (for option shuffling and episode seeds)."""
     digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
@@ -123,7 +126,13 @@ def derive_seed(*parts: Any) -> int:
 
 
 class PolicyActor:
-    """The policy player: option-restricted head over one forward pass, optional value head."""
+    """The policy player: option-restricted head over one forward pass, optional value head.
+
+    Prompts of one batch that share at least ``shared_prefix_min_tokens`` leading tokens (0 disables it) have
+    that prefix encoded once at batch size 1 and reused from the KV cache by every row; only the suffixes go
+    through the model at full batch size (same results up to float rounding, see
+    :mod:`reflect_trl.reflection.model`).
+    """
 
     def __init__(
         self,
@@ -133,6 +142,7 @@ class PolicyActor:
         temperature: float = 1.0,
         greedy: bool = False,
         value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        shared_prefix_min_tokens: int = DEFAULT_SHARED_PREFIX_MIN_TOKENS,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -140,27 +150,39 @@ class PolicyActor:
         self.temperature = temperature
         self.greedy = greedy
         self.value_fn = value_fn
+        self.shared_prefix_min_tokens = shared_prefix_min_tokens
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def _last_position_outputs(self, prompt_ids: Sequence[Sequence[int]], want_hidden: bool):
+        """One forward over the batch keeping only the last position (shared prefix encoded once)."""
+        prefix = shared_prefix_length(prompt_ids, self.shared_prefix_min_tokens)
+        input_ids, attention_mask = prefix_layout(prompt_ids, prefix, self.tokenizer.pad_token_id)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        position_ids = position_ids_from_mask(attention_mask)
+        extra: dict[str, Any] = {"use_cache": False}
+        if prefix:
+            cache = prefix_kv_cache(self.model, prompt_ids[0][:prefix], len(prompt_ids))
+            input_ids, position_ids = input_ids[:, prefix:], position_ids[:, prefix:]
+            extra = {"cache": cache, "use_cache": True}
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=1,
+            output_hidden_states=want_hidden,
+            **extra,
+        )
 
     @torch.no_grad()
     def act(
         self, prompt_ids: Sequence[Sequence[int]], num_options: Sequence[int]
     ) -> tuple[list[int], list[float], list[float], list[float] | None]:
         """Choose one option per prompt. Returns (options, log-probs, entropies, values or None)."""
-        input_ids, attention_mask = left_pad(prompt_ids, self.tokenizer.pad_token_id)
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         want_hidden = self.value_fn is not None
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            logits_to_keep=1,
-            use_cache=False,
-            output_hidden_states=want_hidden,
-        )
+        out = self._last_position_outputs(prompt_ids, want_hidden)
         label_ids = self.option_head.label_ids.to(out.logits.device)
         label_logits = out.logits[:, -1, :].index_select(-1, label_ids)
         n_opt = torch.as_tensor(list(num_options), device=label_logits.device)
@@ -210,7 +232,8 @@ class RolloutEngine:
         self._concat_ok: bool | None = None
         # The reflection prompt's ids can be reused only when both players share one vocabulary.
         self._shared_vocab = reflection is not None and (
-            reflection.tokenizer is self.tokenizer or reflection.tokenizer.get_vocab() == self.tokenizer.get_vocab()
+            reflection.tokenizer is self.tokenizer
+            or reflection.tokenizer.get_vocab() == self.tokenizer.get_vocab()
         )
         self.timings = RolloutTimings()
         self.truncated_prompts = 0
@@ -223,7 +246,9 @@ class RolloutEngine:
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
 
-    def _policy_ids(self, heads: list[list[int]] | None, suffixes: list[str], full: list[str]) -> list[list[int]]:
+    def _policy_ids(
+        self, heads: list[list[int]] | None, suffixes: list[str], full: list[str]
+    ) -> list[list[int]]:
         """Token ids of the policy prompts, reusing the reflection prompt's ids when that is exact."""
         if heads is None or not full:
             ids = self._tokenize(full)
@@ -286,7 +311,11 @@ class RolloutEngine:
                 prompt = build_prompt(obs.text, obs.actions, reflections[k], shuffle_seed=shuffle_seed)
                 prompts.append(prompt)
                 if reflections[k] is not None:
-                    suffixes.append(with_stop(reflections[k]) + "\n" + options_block(obs.actions, prompt.labels, prompt.order))
+                    suffixes.append(
+                        with_stop(reflections[k])
+                        + "\n"
+                        + options_block(obs.actions, prompt.labels, prompt.order)
+                    )
             ids = self._policy_ids(heads, suffixes, [p.text for p in prompts])
             self.timings.tokenize_s += time.perf_counter() - t0
             # 3. one forward of the policy
