@@ -81,7 +81,7 @@ def test_training_runs_and_logs_env_metrics(tiny_model_dir, tmp_path, estimator)
 
 
 def test_without_reflection_uses_plain_prompts(tiny_model_dir, tmp_path):
-    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=1)
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=3)
     batch = trainer._generate_and_score_completions([{}] * 8)
     text = trainer._tokenizer.decode(batch["prompt_ids"][0][batch["prompt_mask"][0].bool()])
     assert "# Reflection:" not in text and text.endswith("# Action:\n")
@@ -144,7 +144,7 @@ def test_replay_buffer_fills_only_with_successes(tiny_model_dir, tmp_path):
 
 
 def test_nan_loss_stops_with_step_in_message(tiny_model_dir, tmp_path):
-    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=2)
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=3)
     trainer._turn_advantages = lambda episodes: ([[float("nan")] * ep.length for ep in episodes], None)
     trainer.args.whiten_advantages = False
     with pytest.raises(FloatingPointError, match="global step 0"):
@@ -193,3 +193,8 @@ def test_env_kwargs_json_string():
         output_dir="/tmp/x", env_kwargs=json.dumps({"horizon": 7}), use_cpu=True, bf16=False
     )
     assert cfg.env_kwargs == {"horizon": 7}
+
+
+def test_step_curriculum_needs_a_step_per_stage(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="max_steps=2 into 3 stages"):
+        _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=2)
