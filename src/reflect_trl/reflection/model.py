@@ -128,8 +128,9 @@ class ReflectionModel:
     """Wraps a causal LM as the frozen reflection player (eval mode, no gradients).
 
     ``shared_prefix_min_tokens`` (0 disables the shared-prefix encoding) and ``cache_implementation``
-    (``"static"`` or ``"dynamic"``) only change speed, not results; a model that cannot use a static cache
-    falls back to the dynamic one (with a warning) on the first call.
+    (``"static"`` or ``"dynamic"``) only change speed, not results (up to float rounding). A model that cannot
+    generate from a prebuilt cache makes the first call fall back, with a warning, to plain left-padded
+    ``generate`` for good.
     """
 
     def __init__(
@@ -163,7 +164,7 @@ class ReflectionModel:
         self._stop_ids = stop_token_ids(tokenizer)
         self._config_key: tuple | None = None
         self._config = None
-        self._static_checked = False
+        self._fast_path_ok: bool | None = None  # None until the first fast-path call
 
     @property
     def device(self) -> torch.device:
@@ -197,14 +198,38 @@ class ReflectionModel:
             self._config, self._config_key = GenerationConfig(**kwargs), key
         return self._config
 
-    def _generate_ids(self, ids: list[list[int]]) -> tuple[torch.Tensor, int]:
-        """Generated token ids (B, <= max_new_tokens) and the padded prompt width."""
+    def _generate_ids(self, ids: list[list[int]]) -> torch.Tensor:
+        """Generated token ids (B, <= max_new_tokens), through the fast path unless this model rejected it."""
+        if self._fast_path_ok is False:
+            return self._generate_with(ids, prefix=0, static_length=None)
         prefix = shared_prefix_length(ids, self.shared_prefix_min_tokens)
+        # A single sequence has no large cache to re-concatenate: the dynamic cache is cheaper there.
+        static_length = None
+        if self.cache_implementation == "static" and len(ids) > 1:
+            static_length = max(len(x) for x in ids) + self.max_new_tokens  # padded width + budget
+        if not prefix and static_length is None:
+            return self._generate_with(ids, prefix=0, static_length=None)
+        try:
+            out = self._generate_with(ids, prefix, static_length)
+        except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
+            if self._fast_path_ok:
+                raise
+            logger.warning(
+                "ReflectionModel: %s cannot generate from a prebuilt (shared-prefix / static) KV cache (%s: %s); "
+                "falling back to plain generate",
+                type(self.model).__name__,
+                type(exc).__name__,
+                exc,
+            )
+            self._fast_path_ok = False
+            return self._generate_with(ids, prefix=0, static_length=None)
+        self._fast_path_ok = True
+        return out
+
+    def _generate_with(self, ids: list[list[int]], prefix: int, static_length: int | None) -> torch.Tensor:
+        """One ``generate`` over the batch laid out for ``prefix``, from a prebuilt cache when asked."""
         input_ids, attention_mask = prefix_layout(ids, prefix, self.tokenizer.pad_token_id)
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        width = input_ids.shape[1]
-        static_length = width + self.max_new_tokens if self.cache_implementation == "static" else None
-        extra = {} if self._stop_ids is not None else {"tokenizer": self.tokenizer}
         cache = None
         if prefix:
             cache = prefix_kv_cache(self.model, ids[0][:prefix], len(ids), static_length)
@@ -212,27 +237,15 @@ class ReflectionModel:
             from transformers import StaticCache
 
             cache = StaticCache(config=self.model.config, max_cache_len=static_length)
-        try:
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                cache=cache,
-                generation_config=self.generation_config(),
-                **extra,
-            )
-        except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
-            if self.cache_implementation != "static" or self._static_checked:
-                raise
-            logger.warning(
-                "ReflectionModel: %s cannot generate with a static KV cache (%s: %s); using the dynamic cache",
-                type(self.model).__name__,
-                type(exc).__name__,
-                exc,
-            )
-            self.cache_implementation = "dynamic"
-            return self._generate_ids(ids)
-        self._static_checked = True
-        return out[:, width:], width
+        extra = {} if self._stop_ids is not None else {"tokenizer": self.tokenizer}
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            cache=cache,
+            generation_config=self.generation_config(),
+            **extra,
+        )
+        return out[:, input_ids.shape[1] :]
 
     @torch.inference_mode()
     def generate(self, prompts: list[str], prompt_ids: list[list[int]] | None = None) -> ReflectionBatch:
@@ -241,7 +254,7 @@ class ReflectionModel:
         if not prompts:
             return ReflectionBatch([], [], [], [])
         ids = prompt_ids if prompt_ids is not None else self.tokenize(prompts)
-        new, _ = self._generate_ids(ids)
+        new = self._generate_ids(ids)
         if self._stop_ids is not None:
             # Length up to and including the first stop token (the whole row when none).
             is_stop = torch.isin(new, torch.as_tensor(self._stop_ids, device=new.device))

@@ -108,6 +108,9 @@ class ReflectPPOConfig(GRPOConfig):
         default=False, metadata={"help": "Load the reflection model in 4-bit."}
     )
     reflection_dtype: str = field(default="auto", metadata={"help": "dtype of the reflection model."})
+    reflection_device: str | None = field(
+        default=None, metadata={"help": "Device of the reflection model (default: the policy's, e.g. cuda:1)."}
+    )
     advantage_estimator: str = field(default="rloo", metadata={"help": "reinforce | rloo | gae"})
     gamma: float = field(default=1.0, metadata={"help": "Discount over turns."})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda."})
@@ -246,7 +249,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                 and not getattr(reflection_model, "is_loaded_in_8bit", False)
                 and not getattr(reflection_model, "is_loaded_in_4bit", False)
             ):
-                reflection_model.to(self.accelerator.device)
+                reflection_model.to(args.reflection_device or self.accelerator.device)
             self.reflection = ReflectionModel(
                 reflection_model,
                 reflection_tokenizer or self._tokenizer,
