@@ -16,7 +16,9 @@ recomputed for them.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,17 +38,12 @@ from reflect_trl.reflection.model import (
     shared_prefix_length,
 )
 
-__all__ = [
-    "Episode",
-    "PolicyActor",
-    "RolloutEngine",
-    "RolloutTimings",
-    "Turn",
-    "derive_seed",
-    "episode_metrics",
-    "left_pad",
-    "position_ids_from_mask",
-]
+# ``left_pad`` and ``position_ids_from_mask`` live in reflect_trl.reflection.model and stay importable from here.
+
+logger = logging.getLogger(__name__)
+
+#: Models whose forward rejected a prebuilt KV cache (they get plain forwards from then on).
+_PREFIX_REJECTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -159,22 +156,35 @@ class PolicyActor:
     def _last_position_outputs(self, prompt_ids: Sequence[Sequence[int]], want_hidden: bool):
         """One forward over the batch keeping only the last position (shared prefix encoded once)."""
         prefix = shared_prefix_length(prompt_ids, self.shared_prefix_min_tokens)
+        if prefix and self.model in _PREFIX_REJECTED:
+            prefix = 0
         input_ids, attention_mask = prefix_layout(prompt_ids, prefix, self.tokenizer.pad_token_id)
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         position_ids = position_ids_from_mask(attention_mask)
-        extra: dict[str, Any] = {"use_cache": False}
+        common = dict(attention_mask=attention_mask, logits_to_keep=1, output_hidden_states=want_hidden)
         if prefix:
-            cache = prefix_kv_cache(self.model, prompt_ids[0][:prefix], len(prompt_ids))
-            input_ids, position_ids = input_ids[:, prefix:], position_ids[:, prefix:]
-            extra = {"cache": cache, "use_cache": True}
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            logits_to_keep=1,
-            output_hidden_states=want_hidden,
-            **extra,
-        )
+            try:
+                cache = prefix_kv_cache(self.model, prompt_ids[0][:prefix], len(prompt_ids))
+                return self.model(
+                    input_ids=input_ids[:, prefix:],
+                    position_ids=position_ids[:, prefix:],
+                    cache=cache,
+                    use_cache=True,
+                    **common,
+                )
+            except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
+                logger.warning(
+                    "PolicyActor: %s cannot reuse a shared-prefix KV cache (%s: %s); using plain forwards",
+                    type(self.model).__name__,
+                    type(exc).__name__,
+                    exc,
+                )
+                _PREFIX_REJECTED[self.model] = True
+                input_ids, attention_mask = left_pad(prompt_ids, self.tokenizer.pad_token_id)
+                input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+                position_ids = position_ids_from_mask(attention_mask)
+                common["attention_mask"] = attention_mask
+        return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False, **common)
 
     @torch.no_grad()
     def act(

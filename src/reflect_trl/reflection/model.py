@@ -14,8 +14,7 @@ Where the time goes and what is done about it (measurements in ``docs/performanc
   equal plain left-padded generation up to float rounding).
 * **Static KV cache.** The cache is preallocated for prompt + budget (transformers' ``StaticCache``) instead of
   concatenating the whole cache at every new token, which dominates a decode step of a small model at batch 32.
-* One ``GenerationConfig`` is built once (not re-parsed from keyword arguments at every call), and the batch is
-  padded directly into tensors (no ``tokenizer.pad``).
+* The batch is padded directly into tensors (no ``tokenizer.pad``) and the ``generate`` arguments are built once.
 
 The helpers :func:`left_pad`, :func:`position_ids_from_mask`, :func:`shared_prefix_length` and
 :func:`prefix_kv_cache` are shared with the policy's forward pass in :mod:`reflect_trl.rollout`.
@@ -101,7 +100,9 @@ def prefix_kv_cache(model, prefix_ids: Sequence[int], batch_size: int, static_le
 
     device = next(model.parameters()).device
     ids = torch.as_tensor([list(prefix_ids)], dtype=torch.long, device=device)
-    encoded = model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
+    encoded = model(
+        input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1
+    ).cache
     if static_length is None:
         encoded.batch_repeat_interleave(batch_size)
         return encoded
@@ -162,8 +163,8 @@ class ReflectionModel:
         self.shared_prefix_min_tokens = shared_prefix_min_tokens
         self.cache_implementation = cache_implementation
         self._stop_ids = stop_token_ids(tokenizer)
-        self._config_key: tuple | None = None
-        self._config = None
+        self._kwargs_key: tuple | None = None
+        self._kwargs: dict | None = None
         self._fast_path_ok: bool | None = None  # None until the first fast-path call
 
     @property
@@ -176,12 +177,10 @@ class ReflectionModel:
             ids = [x[-self.max_prompt_length :] for x in ids]
         return ids
 
-    def generation_config(self):
-        """The ``GenerationConfig`` of a reflection (rebuilt only when a sampling attribute changed)."""
-        from transformers import GenerationConfig
-
+    def generation_kwargs(self) -> dict:
+        """``generate`` keyword arguments of a reflection (rebuilt only when a sampling attribute changed)."""
         key = (self.max_new_tokens, self.temperature, self.top_p)
-        if self._config is None or key != self._config_key:
+        if self._kwargs is None or key != self._kwargs_key:
             kwargs = dict(
                 max_new_tokens=self.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id, use_cache=True
             )
@@ -192,11 +191,11 @@ class ReflectionModel:
             if self._stop_ids is not None:
                 kwargs["eos_token_id"] = self._stop_ids
             else:
-                kwargs["stop_strings"] = [STOP_MARKER]
+                kwargs.update(stop_strings=[STOP_MARKER], tokenizer=self.tokenizer)
                 if self.tokenizer.eos_token_id is not None:
                     kwargs["eos_token_id"] = self.tokenizer.eos_token_id
-            self._config, self._config_key = GenerationConfig(**kwargs), key
-        return self._config
+            self._kwargs, self._kwargs_key = kwargs, key
+        return dict(self._kwargs)
 
     def _generate_ids(self, ids: list[list[int]]) -> torch.Tensor:
         """Generated token ids (B, <= max_new_tokens), through the fast path unless this model rejected it."""
@@ -237,14 +236,10 @@ class ReflectionModel:
             from transformers import StaticCache
 
             cache = StaticCache(config=self.model.config, max_cache_len=static_length)
-        extra = {} if self._stop_ids is not None else {"tokenizer": self.tokenizer}
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            cache=cache,
-            generation_config=self.generation_config(),
-            **extra,
-        )
+        kwargs = self.generation_kwargs()
+        if cache is not None:
+            kwargs["cache"] = cache
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         return out[:, input_ids.shape[1] :]
 
     @torch.inference_mode()
