@@ -55,7 +55,7 @@ format:
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 tiny:
-	$(PY) -m reflect_trl.cli build-tiny --output_dir models/tiny-gpt2 --arch gpt2 --preset tiny --envs $(ENV)
+	$(PY) -m reflect_trl.cli build-tiny --output_dir models/tiny-llama-$(ENV) --arch llama --preset tiny --envs $(ENV)
 
 data:
 	$(PY) -m reflect_trl.cli data --config $(RECIPES)/data.yaml $(ARGS)

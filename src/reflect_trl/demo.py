@@ -35,17 +35,17 @@ class DemoConfig:
     # Llama (rotary positions) learns the option-label task far faster than GPT-2 at this size.
     model_arch: str = "llama"
     # data
-    n_train_tasks: int = 120
+    n_train_tasks: int = 100
     n_val_tasks: int = 20
     negative_prob: float = 0.5
     # SFT
-    sft_policy_steps: int = 400
-    sft_reflection_steps: int = 500
-    sft_batch_size: int = 32
+    sft_policy_steps: int = 250
+    sft_reflection_steps: int = 150
+    sft_batch_size: int = 16
     sft_learning_rate: float = 3e-3
-    sft_eval_samples: int = 128
+    sft_eval_samples: int = 96
     # RL
-    rl_steps: int = 45
+    rl_steps: int = 30
     rl_batch_size: int = 16  # episodes per step
     rl_num_generations: int = 4
     rl_learning_rate: float = 2e-4
@@ -53,7 +53,7 @@ class DemoConfig:
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
     # eval
-    eval_episodes_per_stage: int = 100
+    eval_episodes_per_stage: int = 50
     eval_decodings: list[str] = field(default_factory=lambda: ["greedy", "sampled"])
     report_to: str = "wandb"
 
@@ -141,7 +141,7 @@ def _finish_wandb() -> None:
         import wandb
 
         if wandb.run is not None:
-            wandb.finish(quiet=True)
+            wandb.finish()
     except ImportError:  # pragma: no cover
         pass
 
@@ -224,6 +224,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                 logging_steps=max(1, steps // 10),
                 eval_strategy="no",
                 max_length=1024,
+                max_eval_samples=cfg.sft_eval_samples,
                 eval_num_policy_samples=cfg.sft_eval_samples,
                 eval_num_reflection_samples=max(1, cfg.sft_eval_samples // 4),
                 reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,

@@ -1,0 +1,277 @@
+"""ReflectSFTTrainer on a tiny offline model and the toy LineWorld data (CPU, a few steps each)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/_toy_env.py
+
+from _toy_env import LineWorldEnv, LineWorldReflector, toy_prompts  # noqa: E402
+from reflect_trl.data_builder import DataBuilderConfig, build_datasets  # noqa: E402
+from reflect_trl.datasets_io import DatasetFormatError  # noqa: E402
+from reflect_trl.prompts import STOP_MARKER  # noqa: E402
+from reflect_trl.tracking import configure_tracking  # noqa: E402
+from reflect_trl.trainers.sft import (  # noqa: E402
+    CurriculumOrderedSampler,
+    ReflectSFTConfig,
+    ReflectSFTTrainer,
+    _stop_position,
+    count_options,
+    sft_parser,
+    spread_indices,
+)
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, and a loaded CI machine does not oversubscribe."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """Toy data sets and a nano GPT-2 whose tokenizer was trained on the toy prompts."""
+    from reflect_trl.tiny_models import build_tiny_model
+
+    root = tmp_path_factory.mktemp("sft")
+    config = DataBuilderConfig(
+        env_name="line_world",
+        n_train_tasks=16,
+        n_val_tasks=4,
+        negative_prob=0.5,
+        seed=0,
+        output_dir=str(root / "data"),
+        progress=False,
+    )
+    data = build_datasets(config, env=LineWorldEnv(), reflector=LineWorldReflector())
+    model_dir = build_tiny_model(root / "model", arch="gpt2", preset="nano", texts=toy_prompts())
+    return {"data": data, "model": str(model_dir), "root": root}
+
+
+def sft_args(tmp_path: Path, **overrides) -> ReflectSFTConfig:
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        max_steps=40,
+        learning_rate=3e-3,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=16,
+        logging_steps=10,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        eval_num_policy_samples=32,
+        eval_num_reflection_samples=6,
+        reflection_max_new_tokens=24,
+        dataset_num_proc=None,
+    )
+    values.update(overrides)
+    return ReflectSFTConfig(**values)
+
+
+def tokenizer_of(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def test_policy_sft_lowers_eval_loss_and_reports_option_accuracy(toy, tmp_path):
+    data = toy["data"]["policy_reflect"]
+    trainer = ReflectSFTTrainer(
+        model=toy["model"],
+        args=sft_args(tmp_path),
+        train_dataset=data["train"],
+        eval_dataset=data["validation"],
+        processing_class=tokenizer_of(toy["model"]),
+    )
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < before["eval_loss"]
+    for metrics in (before, after):
+        assert 0.0 <= metrics["eval_option_accuracy"] <= 1.0
+        assert metrics["eval_option_samples"] == min(32, len(data["validation"]))
+        assert metrics["eval_option_nll"] > 0
+    assert after["eval_option_nll"] < before["eval_option_nll"]
+    # the metric also reaches the trainer's log history
+    assert any("eval_option_accuracy" in entry for entry in trainer.state.log_history)
+
+
+def test_reflection_sft_reports_stop_rate(toy, tmp_path):
+    data = toy["data"]["reflection"]
+    trainer = ReflectSFTTrainer(
+        model=toy["model"],
+        args=sft_args(tmp_path, role="reflection", max_steps=25),
+        train_dataset=data["train"],
+        eval_dataset=data["validation"],
+        processing_class=tokenizer_of(toy["model"]),
+    )
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < before["eval_loss"]
+    for metrics in (before, after):
+        assert 0.0 <= metrics["eval_stop_rate"] <= 1.0
+        assert 0.0 <= metrics["eval_reflection_exact_match"] <= metrics["eval_stop_rate"]
+        assert 1 <= metrics["eval_reflection_length"] <= 24
+        assert metrics["eval_reflection_samples"] == 6
+
+
+def test_lora_policy_sft_saves_an_adapter(toy, tmp_path):
+    from peft import LoraConfig, PeftModel
+
+    data = toy["data"]["policy_plain"]
+    trainer = ReflectSFTTrainer(
+        model=toy["model"],
+        args=sft_args(tmp_path, max_steps=6, learning_rate=1e-2),
+        train_dataset=data["train"],
+        eval_dataset=data["validation"],
+        processing_class=tokenizer_of(toy["model"]),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn", "c_proj"], task_type="CAUSAL_LM"),
+    )
+    assert isinstance(trainer.model, PeftModel)
+    trainer.train()
+    metrics = trainer.evaluate()
+    assert "eval_option_accuracy" in metrics and "eval_loss" in metrics
+    trainer.save_model(str(tmp_path / "adapter"))
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+
+
+def test_role_and_column_checks(toy, tmp_path):
+    data = toy["data"]
+    tokenizer = tokenizer_of(toy["model"])
+    with pytest.raises(DatasetFormatError, match=r"train_dataset, row 0: .*role='reflection'"):
+        ReflectSFTTrainer(
+            toy["model"],
+            sft_args(tmp_path),
+            train_dataset=data["reflection"]["train"],
+            processing_class=tokenizer,
+        )
+    with pytest.raises(DatasetFormatError, match=r"row 0: .*stop marker.*role='policy'"):
+        ReflectSFTTrainer(
+            toy["model"],
+            sft_args(tmp_path, role="reflection"),
+            train_dataset=data["policy_plain"]["train"],
+            processing_class=tokenizer,
+        )
+    missing = Dataset.from_list([{"prompt": "x\n# Action:\n", "answer": "A"}])
+    with pytest.raises(DatasetFormatError, match=r"train_dataset: missing column\(s\) \['completion'\]"):
+        ReflectSFTTrainer(toy["model"], sft_args(tmp_path), train_dataset=missing, processing_class=tokenizer)
+    empty = Dataset.from_list(
+        [{"prompt": "x\n# Action:\n", "completion": "A"}, {"prompt": "", "completion": "A"}]
+    )
+    with pytest.raises(DatasetFormatError, match=r"eval_dataset, row 1: field 'prompt' is empty"):
+        ReflectSFTTrainer(
+            toy["model"],
+            sft_args(tmp_path),
+            train_dataset=data["policy_plain"]["train"],
+            eval_dataset=empty,
+            processing_class=tokenizer,
+        )
+    beyond = Dataset.from_list([{"prompt": "s\n# Options:\nA. a\nB. b\n# Action:\n", "completion": "C"}])
+    with pytest.raises(DatasetFormatError, match=r"label 'C' is beyond the 2 offered option"):
+        ReflectSFTTrainer(toy["model"], sft_args(tmp_path), train_dataset=beyond, processing_class=tokenizer)
+
+
+def test_curriculum_order_puts_easy_stages_first(toy, tmp_path):
+    sampler = CurriculumOrderedSampler(["far", "near", "far", "near"], ["near", "far"], seed=1)
+    order = list(sampler)
+    assert sorted(order[:2]) == [1, 3] and sorted(order[2:]) == [0, 2]
+    with pytest.raises(ValueError, match=r"difficulty value\(s\) \['far'\] are not among the stages"):
+        CurriculumOrderedSampler(["far"], ["near"])
+    data = toy["data"]["policy_reflect"]["train"]
+    trainer = ReflectSFTTrainer(
+        toy["model"],
+        sft_args(tmp_path, curriculum_order=True, stages=["far", "near"]),
+        train_dataset=data,
+        processing_class=tokenizer_of(toy["model"]),
+    )
+    indices = list(trainer._get_train_sampler())
+    difficulties = [data[i]["difficulty"] for i in indices]
+    n_far = difficulties.count("far")
+    assert difficulties == ["far"] * n_far + ["near"] * (len(data) - n_far)
+
+
+def test_cpu_defaults_and_config_checks(tmp_path):
+    args = ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True)
+    assert args.bf16 is False and args.gradient_checkpointing is False
+    assert args.labels[:3] == ("A", "B", "C")
+    assert ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True, option_labels="xyz").labels == (
+        "x",
+        "y",
+        "z",
+    )
+    with pytest.raises(ValueError, match="role must be one of"):
+        ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True, role="critic")
+    assert ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True, warmup_ratio=0.1).warmup_steps == 0.1
+
+
+def test_wandb_runs_offline_by_default(tmp_path, monkeypatch):
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    assert configure_tracking("none", tmp_path) == {}
+    changed = configure_tracking(["wandb"], tmp_path / "run")
+    assert changed["WANDB_MODE"] == "offline"
+    assert Path(changed["WANDB_DIR"]) == (tmp_path / "run").resolve()
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("WANDB_API_KEY", "x")
+    assert "WANDB_MODE" not in configure_tracking(["wandb"], tmp_path)
+
+
+def test_stop_position_and_helpers(toy):
+    tokenizer = tokenizer_of(toy["model"])
+    marker = tokenizer(STOP_MARKER, add_special_tokens=False)["input_ids"]
+    words = tokenizer("go right", add_special_tokens=False)["input_ids"]
+    pad = tokenizer.pad_token_id
+    assert _stop_position(tokenizer, [*words, *marker, pad, pad], marker) == (len(words) + 1, True)
+    assert _stop_position(tokenizer, [*words, tokenizer.eos_token_id, pad], marker) == (len(words) + 1, False)
+    assert _stop_position(tokenizer, words, marker) == (len(words), False)
+    assert count_options("s\n# Options:\nA. a\nB. b\nC. c\n# Action:\n") == 3
+    assert spread_indices(10, 3) == [0, 4, 9] or spread_indices(10, 3) == [0, 5, 9]
+    assert spread_indices(3, 10) == [0, 1, 2] and spread_indices(5, 0) == []
+
+
+def test_run_sft_cli_trains_saves_and_writes_metrics(toy, tmp_path):
+    from reflect_trl.trainers.sft import run_sft_cli
+
+    data_file = toy["root"] / "data" / "line_world" / "policy_reflect.jsonl"
+    out = tmp_path / "run"
+    metrics = run_sft_cli(
+        [
+            "--model_name_or_path", toy["model"],
+            "--dataset_path", str(data_file),
+            "--output_dir", str(out),
+            "--max_steps", "4",
+            "--per_device_train_batch_size", "8",
+            "--report_to", "none",
+            "--use_cpu", "--bf16", "false",
+            "--save_strategy", "no",
+            "--eval_num_policy_samples", "8",
+        ]
+    )  # fmt: skip
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    written = json.loads((out / "sft_metrics.json").read_text())
+    assert written["role"] == "policy" and "eval_option_accuracy" in written and "eval_loss" in written
+    assert written["train_rows"] == len(toy["data"]["policy_reflect"]["train"]) == metrics["train_rows"]
+
+
+@pytest.mark.parametrize("recipe", sorted(str(p.relative_to(RECIPES)) for p in RECIPES.glob("**/sft_*.yaml")))
+def test_recipes_parse(recipe):
+    script_args, training_args, model_args = sft_parser().parse_args_and_config(
+        ["--config", str(RECIPES / recipe), "--use_cpu", "--bf16", "false"]
+    )
+    assert script_args.dataset_path and model_args.model_name_or_path
+    assert training_args.role in ("policy", "reflection")
