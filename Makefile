@@ -34,7 +34,7 @@ install: $(PY)
 	$(PIP) install $(TORCH_SPEC)
 	$(PIP) install -e ".[dev]"
 
-install-extras: install
+install-extras: $(PY)
 	$(PIP) install -e ".[dev,textworld,alfworld]"
 
 test:
