@@ -35,4 +35,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'reflect_trl' has no attribute {name!r}")
 
 
-__all__ = [*_LAZY, "__version__"]
+__all__ = [
+    "OptionHead",
+    "ReflectPPOConfig",
+    "ReflectPPOTrainer",
+    "ReflectSFTConfig",
+    "ReflectSFTTrainer",
+    "__version__",
+    "build_prompt",
+    "list_envs",
+    "make_env",
+]

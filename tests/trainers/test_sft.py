@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-import torch
 from datasets import Dataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/_toy_env.py
-
-from _toy_env import LineWorldEnv, LineWorldReflector, toy_prompts  # noqa: E402
-from reflect_trl.data_builder import DataBuilderConfig, build_datasets  # noqa: E402
-from reflect_trl.datasets_io import DatasetFormatError  # noqa: E402
-from reflect_trl.prompts import STOP_MARKER  # noqa: E402
-from reflect_trl.tracking import configure_tracking  # noqa: E402
-from reflect_trl.trainers.sft import (  # noqa: E402
+from _toy_env import LineWorldEnv, LineWorldReflector, toy_prompts
+from reflect_trl.data_builder import DataBuilderConfig, build_datasets
+from reflect_trl.datasets_io import DatasetFormatError
+from reflect_trl.prompts import STOP_MARKER
+from reflect_trl.tracking import configure_tracking
+from reflect_trl.trainers.sft import (
     CurriculumOrderedSampler,
     ReflectSFTConfig,
     ReflectSFTTrainer,
@@ -28,15 +24,6 @@ from reflect_trl.trainers.sft import (  # noqa: E402
 )
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and a loaded CI machine does not oversubscribe."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
