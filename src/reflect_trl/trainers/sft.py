@@ -43,6 +43,7 @@ from reflect_trl.prompts import (
     STOP_MARKER,
     clean_reflection,
 )
+from reflect_trl.reflection.model import left_pad
 from reflect_trl.tracking import configure_tracking
 
 logger = logging.getLogger(__name__)
@@ -241,18 +242,6 @@ def _check_dataset(dataset: Any, source: str, args: ReflectSFTConfig) -> None:
 
 
 # -- evaluation helpers --------------------------------------------------------------------------------------
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ``input_ids`` and ``attention_mask`` tensors."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        if seq:
-            ids[i, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
-            mask[i, width - len(seq) :] = 1
-    return ids, mask
-
-
 def spread_indices(n: int, k: int) -> list[int]:
     """``min(n, k)`` distinct row indices spread evenly over ``range(n)`` (deterministic)."""
     if k <= 0 or n <= 0:
