@@ -26,6 +26,19 @@ def load_log_history(run_dir: str | Path) -> list[dict[str, Any]]:
     return json.loads(states[-1].read_text())["log_history"]
 
 
+def _save(fig, ax, path: str | Path) -> Path:
+    """Legend, layout, write the PNG (creating its folder) and free the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _smooth(values: Sequence[float], window: int) -> list[float]:
     out, acc = [], []
     for v in values:
@@ -69,13 +82,7 @@ def plot_learning_curves(
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path)
 
 
 def plot_success_bars(
@@ -114,13 +121,7 @@ def plot_success_bars(
     ax.set_ylim(0, 1.05)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path)
 
 
 def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:
