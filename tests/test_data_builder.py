@@ -83,6 +83,7 @@ def replay_rows(env, rows: list[dict], labels=DEFAULT_LABELS, shuffled: bool = F
         for index, row in enumerate(task_rows):
             assert row["num_options"] == len(obs.actions)
             assert row["action_index"] == env.oracle_action()
+            assert row["action_text"] == obs.actions[row["action_index"]]
             assert obs.text.rstrip() in row["prompt"]
             if not shuffled:
                 assert row["option_index"] == row["action_index"]

@@ -24,8 +24,9 @@ The mixed data sets hold, per task, the negative trajectory if one was played an
 otherwise (so each task contributes one trajectory to every data set). Both trajectories of a task draw their
 reflections from the same seeded stream, so the steps before the first mistake are identical.
 
-Each row also carries ``task_id, difficulty, seed, step, is_negative, num_options, action_index, option_index,
-last_action_index, env`` (``action_index``: the oracle action's index among the environment's actions;
+Each row also carries ``task_id, difficulty, seed, step, is_negative, num_options, action_index, action_text,
+option_index, last_action_index, env`` (``action_index`` / ``action_text``: the oracle action's index among the
+environment's actions and its text;
 ``option_index``: its position in the prompt, different only with ``shuffle_options``; ``last_action_index``: the
 action taken just before, -1 at the first step).
 
@@ -71,6 +72,7 @@ METADATA_COLUMNS = (
     "is_negative",
     "num_options",
     "action_index",
+    "action_text",
     "option_index",
     "last_action_index",
     "env",
@@ -293,6 +295,7 @@ def _metadata(record: StepRecord, env_name: str, option_index: int) -> dict[str,
         "is_negative": record.is_negative,
         "num_options": len(record.observation.actions),
         "action_index": record.oracle_action,
+        "action_text": record.observation.actions[record.oracle_action],
         "option_index": option_index,
         "last_action_index": record.last_action_index,
         "env": env_name,
@@ -340,6 +343,7 @@ def dataset_features():
             "is_negative": Value("bool"),
             "num_options": Value("int32"),
             "action_index": Value("int32"),
+            "action_text": Value("string"),
             "option_index": Value("int32"),
             "last_action_index": Value("int32"),
             "env": Value("string"),

@@ -114,6 +114,7 @@ def test_reflection_sft_reports_stop_rate(toy, tmp_path):
         assert 0.0 <= metrics["eval_stop_rate"] <= 1.0
         assert 0.0 <= metrics["eval_reflection_exact_match"] <= metrics["eval_stop_rate"]
         assert 1 <= metrics["eval_reflection_length"] <= 24
+        assert 0.0 <= metrics["eval_reflection_names_action"] <= 1.0
         assert metrics["eval_reflection_samples"] == 6
 
 

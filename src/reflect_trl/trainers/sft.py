@@ -10,7 +10,9 @@ the reflection model), plus
   ``role="policy"``: ``eval_option_accuracy`` (argmax of the option-restricted head over the offered options
   against the oracle label) and ``eval_option_nll``; ``role="reflection"``: ``eval_stop_rate`` (generated
   reflections that emit the stop marker within ``reflection_max_new_tokens``), ``eval_reflection_length``
-  (mean generated tokens) and ``eval_reflection_exact_match``;
+  (mean generated tokens), ``eval_reflection_exact_match`` and, when the data has an ``action_text`` column,
+  ``eval_reflection_names_action`` (generated reflections that name the oracle's next action: a proxy for
+  whether the reflection plans the right move);
 * W&B offline by default (:mod:`reflect_trl.tracking`).
 
 :func:`run_sft` is the entry point of ``reflect-trl sft`` (also under ``accelerate launch``).
@@ -327,12 +329,14 @@ def reflection_generation_metrics(
     max_length: int | None = None,
     weights: Sequence[float] | None = None,
     synced_gpus: bool = False,
+    action_texts: Sequence[str] | None = None,
 ) -> dict[str, float]:
     """Generate reflections and count those that emit :data:`STOP_MARKER` within ``max_new_tokens``; also the
-    generated length (tokens up to and including the marker, or all of them) and exact matches with the
-    reference (both cut at the marker). Weighted sums ``stopped``, ``length``, ``exact``, ``count``."""
+    generated length (tokens up to and including the marker, or all of them), exact matches with the reference
+    (both cut at the marker) and, given ``action_texts`` (the oracle action of each row), reflections that name
+    that action. Weighted sums ``stopped``, ``length``, ``exact``, ``names_action``, ``count``."""
     weights = list(weights) if weights is not None else [1.0] * len(prompts)
-    totals = {"stopped": 0.0, "length": 0.0, "exact": 0.0, "count": 0.0}
+    totals = {"stopped": 0.0, "length": 0.0, "exact": 0.0, "names_action": 0.0, "count": 0.0}
     if not prompts:
         return totals
     device = next(model.parameters()).device
@@ -362,6 +366,8 @@ def reflection_generation_metrics(
             length, stopped = _stop_position(tokenizer, tokens, marker_ids)
             text = tokenizer.decode(tokens[:length], skip_special_tokens=False)
             exact = stopped and clean_reflection(text) == clean_reflection(references[start + i])
+            if action_texts is not None:
+                totals["names_action"] += weight * (action_texts[start + i] in clean_reflection(text))
             totals["stopped"] += weight * stopped
             totals["length"] += weight * length
             totals["exact"] += weight * exact
@@ -541,6 +547,9 @@ class ReflectSFTTrainer(SFTTrainer):
                         max_length=args.max_length,
                         weights=weights,
                         synced_gpus=nproc > 1 and (self.is_deepspeed_enabled or self.is_fsdp_enabled),
+                        action_texts=list(subset["action_text"])
+                        if "action_text" in subset.column_names
+                        else None,
                     )
         finally:
             model.train(was_training)
@@ -558,10 +567,16 @@ class ReflectSFTTrainer(SFTTrainer):
                 "option_samples": sums["count"],
                 "option_eval_seconds": seconds,
             }
+        names_action = (
+            {"reflection_names_action": sums["names_action"] / count}
+            if "action_text" in subset.column_names
+            else {}
+        )
         return {
             "stop_rate": sums["stopped"] / count,
             "reflection_length": sums["length"] / count,
             "reflection_exact_match": sums["exact"] / count,
+            **names_action,
             "reflection_samples": sums["count"],
             "reflection_eval_seconds": seconds,
         }
