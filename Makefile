@@ -11,6 +11,8 @@ RECIPES ?= recipes/$(ENV)/cpu
 ACCELERATE_CONFIG ?= recipes/accelerate_configs/cpu.yaml
 LAUNCH := $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) -m reflect_trl.cli
 ROLE ?= policy
+# `make demo` writes outputs/demo (DangerousTaxi) or outputs/demo_<env> for ENV=auto_explore, textworld, ...
+DEMO_DIR ?= outputs/demo$(if $(filter-out taxi,$(ENV)),_$(ENV))
 ARGS ?=
 PYTEST_ARGS ?=
 
@@ -19,7 +21,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make install          create $(VENV) (CPU torch pinned) and install reflect-trl[dev]"
 	@echo "make test             default test suite (no slow tests)"
-	@echo "make demo             the whole method end to end on tiny models -> outputs/demo/"
+	@echo "make demo             the whole method end to end on tiny models -> outputs/demo/ (ENV=auto_explore -> outputs/demo_auto_explore/)"
 	@echo "make tiny             build the tiny offline models under models/"
 	@echo "make data ENV=taxi    SFT datasets with negative examples -> data/<env>/"
 	@echo "make sft ROLE=policy|reflection|plain ENV=taxi    SFT warm-up (recipe $(RECIPES)/sft_<role>.yaml)"
@@ -78,7 +80,7 @@ plot:
 	$(PY) -m reflect_trl.cli plot $(ARGS)
 
 demo:
-	$(PY) -m reflect_trl.cli demo $(ARGS)
+	$(PY) -m reflect_trl.cli demo --env_name $(ENV) --output_dir $(DEMO_DIR) $(ARGS)
 
 bench:
 	$(PY) benchmarks/rollout_throughput.py $(ARGS)

@@ -176,7 +176,7 @@ def run_naive(players: Players, tasks: Sequence[Task], reflection_tokens: int, t
             obs = env.reset(seed=task.seed, task=task)
             done = False
             while not done:
-                enc = tok(reflection_prompt(obs.text), return_tensors="pt", add_special_tokens=False)
+                enc = tok(reflection_prompt(obs.text), return_tensors="pt")
                 enc = enc.to(players.device)
                 out = refl.generate(
                     **enc,
@@ -192,7 +192,7 @@ def run_naive(players: Players, tasks: Sequence[Task], reflection_tokens: int, t
                 tokens += int(new.shape[0])
                 reflection = clean_reflection(tok.decode(new))
                 prompt = build_prompt(obs.text, obs.actions, reflection)
-                enc = tok(prompt.text, return_tensors="pt", add_special_tokens=False).to(players.device)
+                enc = tok(prompt.text, return_tensors="pt").to(players.device)
                 logits = policy(**enc).logits[0, -1]
                 label_logits = logits[label_ids[: prompt.num_options]]
                 option = int(torch.multinomial(torch.softmax(label_logits.float(), -1), 1))
@@ -219,7 +219,7 @@ def limit_inputs(players: Players, episodes: list) -> list[LimitTurn]:
     out = []
     for k in range(max(ep.length for ep in episodes)):
         turns = [ep.turns[k] for ep in episodes if ep.length > k]
-        refl = tok([reflection_prompt(t.state_text) for t in turns], add_special_tokens=False)["input_ids"]
+        refl = tok([reflection_prompt(t.state_text) for t in turns])["input_ids"]
         r_ids, r_mask = left_pad(refl, tok.pad_token_id)
         p_ids, p_mask = left_pad([t.prompt_ids for t in turns], tok.pad_token_id)
         dev = players.device

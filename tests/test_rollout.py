@@ -303,3 +303,39 @@ def test_episode_metrics_values():
         and record["length"] == 2
         and record["turns"][1]["reflection"] == "q"
     )
+
+
+def test_prompts_carry_the_bos_that_sft_trained_with(tiny_model_dir):
+    """With a tokenizer that adds a BOS (Llama, Mistral), rollouts, the reflection model and SFT's metrics all feed
+    exactly the ids TRL's SFTTrainer trained on: one BOS at the start, also when the policy prompt is assembled
+    from the reflection prompt's ids."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reflect_trl.trainers.sft import _tokenize_prompts
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    bos = tok.eos_token
+    tok._tokenizer.post_processor = TemplateProcessing(
+        single=f"{bos} $A", special_tokens=[(bos, tok.convert_tokens_to_ids(bos))]
+    )
+    bos_id = tok.convert_tokens_to_ids(bos)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    reflection = ReflectionModel(model, tok, max_new_tokens=3)
+    engine = RolloutEngine("taxi", PolicyActor(model, tok, OptionHead(tok)), reflection)
+    env = make_env("taxi")
+    observations = [env.reset(task=t) for t in env.make_tasks("validation", 2, seed=1)]
+    heads = reflection.tokenize([reflection_prompt(o.text) for o in observations])
+    assert all(h[0] == bos_id and h.count(bos_id) == 1 for h in heads)
+    prompts = [build_prompt(o.text, o.actions, "go east") for o in observations]
+    suffixes = [
+        with_stop("go east") + "\n" + options_block(o.actions, p.labels, p.order)
+        for o, p in zip(observations, prompts, strict=True)
+    ]
+    full = [p.text for p in prompts]
+    ids = engine._policy_ids(heads, suffixes, full)
+    sft_ids = _tokenize_prompts(tok, full, None)
+    assert ids == sft_ids == [tok(text=t)["input_ids"] for t in full]
+    assert all(x[0] == bos_id and x.count(bos_id) == 1 for x in ids)
+    episodes = engine.run(env.make_tasks("validation", 2, seed=1))
+    assert all(turn.prompt_ids[0] == bos_id for ep in episodes for turn in ep.turns)

@@ -2,13 +2,13 @@
 
 Steps (each prints progress and its wall time):
 
-1. build a tiny GPT-2 + BPE tokenizer (offline);
+1. build a tiny Llama + BPE tokenizer (offline);
 2. generate SFT data (DangerousTaxi by default) with negative examples (and the positive-only variants);
 3. SFT warm-ups: reflection model (with / without negatives), policy with reflection (with / without
    negatives), plain policy;
 4. online RL of the policy for four variants (the paper's ablations);
-5. evaluate five configurations on held-out tasks, write the results table (markdown + JSON), PNG plots, and
-   keep the wandb offline run directories.
+5. evaluate the five ablation rows, plus RL's starting point ("Reflect SFT (before RL)"), on held-out tasks;
+   write the results table (markdown + JSON), PNG plots, and keep the wandb offline run directories.
 
 Everything lands in ``outputs/demo/`` (configurable) and is reproducible for a seed.
 """
@@ -30,6 +30,9 @@ class DemoConfig:
     output_dir: str = "outputs/demo"
     env_name: str = "taxi"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Extra environment kwargs for the RL rollouts only (evaluation keeps the environment's own rewards); None = the
+    # default for the environment in RL_ENV_KWARGS.
+    rl_env_kwargs: dict[str, Any] | None = None
     seed: int = 0
     model_preset: str = "tiny"
     # Llama (rotary positions) learns the option-label task far faster than GPT-2 at this size.
@@ -39,21 +42,21 @@ class DemoConfig:
     n_val_tasks: int = 20
     negative_prob: float = 0.5
     # SFT
-    sft_policy_steps: int = 250
-    sft_reflection_steps: int = 150
+    sft_policy_steps: int = 400
+    sft_reflection_steps: int = 600
     sft_batch_size: int = 16
     sft_learning_rate: float = 3e-3
     sft_eval_samples: int = 96
     # RL
-    rl_steps: int = 30
+    rl_steps: int = 60
     rl_batch_size: int = 16  # episodes per step
     rl_num_generations: int = 4
-    rl_learning_rate: float = 2e-4
+    rl_learning_rate: float = 5e-4
     rl_advantage_estimator: str = "rloo"
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
     # eval
-    eval_episodes_per_stage: int = 50
+    eval_episodes_per_stage: int = 100
     eval_decodings: list[str] = field(default_factory=lambda: ["greedy", "sampled"])
     report_to: str = "wandb"
 
@@ -85,6 +88,10 @@ DEFAULT_ENV_KWARGS: dict[str, dict[str, Any]] = {
     "auto_explore": {"horizon": 15, "max_content_tokens": 48, "max_content_lines": 8},
 }
 
+# RL-only environment kwargs. DangerousTaxi's -1 raw step cost makes an early crash cheaper than a late one, so a
+# policy that rarely succeeds learns to crash fast (docs/experiments.md); the demo's RL drops the step cost.
+RL_ENV_KWARGS: dict[str, dict[str, Any]] = {"taxi": {"step_reward": 0.0}}
+
 # Variants: name -> (policy SFT data, reflection SFT data or None, RL settings or None)
 SFT_RUNS = {
     "sft_reflection": ("reflection", "reflection"),
@@ -104,6 +111,7 @@ TABLE_ROWS = [
     # (row label, policy run, reflection run)
     ("SFT only", "sft_plain", None),
     ("SFT + RL w/o reflection", "rl_plain", None),
+    ("Reflect SFT (before RL)", "sft_policy", "sft_reflection"),  # not an ablation: RL's starting point
     ("Reflect-RL", "rl_reflect", "sft_reflection"),
     ("Reflect-RL w/o negative examples", "rl_reflect_no_negatives", "sft_reflection_positive"),
     ("Reflect-RL w/o curriculum", "rl_reflect_no_curriculum", "sft_reflection"),
@@ -232,13 +240,17 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             run_sft_cli(argv + _common_train_args(cfg, runs / name))
             _finish_wandb()
 
+    rl_env_kwargs = {
+        **cfg.env_kwargs,
+        **(cfg.rl_env_kwargs if cfg.rl_env_kwargs is not None else RL_ENV_KWARGS.get(cfg.env_name, {})),
+    }
     for i, (name, (policy, reflection, curriculum)) in enumerate(RL_RUNS.items(), 1):
         with progress.step(f"4/5 RL {i}/{len(RL_RUNS)}: {name}"):
             argv = _flags(
                 model_name_or_path=runs / policy,
                 reflection_model_name_or_path=runs / reflection if reflection else "none",
                 env_name=cfg.env_name,
-                env_kwargs=json.dumps(cfg.env_kwargs),
+                env_kwargs=json.dumps(rl_env_kwargs),
                 max_steps=cfg.rl_steps,
                 per_device_train_batch_size=cfg.rl_batch_size,
                 num_generations=cfg.rl_num_generations,
@@ -332,6 +344,25 @@ def results_markdown(summary: dict[str, Any], table: str) -> str:
     )
 
 
+def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentParser) -> Any:
+    """A ``--field value`` override as the field's type (JSON for the kwargs dicts)."""
+    try:
+        if key.endswith("env_kwargs"):
+            parsed = json.loads(value)
+            if not isinstance(parsed, dict):
+                raise ValueError("expected a JSON object")
+            return parsed
+        if isinstance(current, bool):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError("expected true or false")
+            return value.lower() in ("true", "1")
+        if isinstance(current, list):
+            return value.split(",")
+        return type(current)(value)
+    except ValueError as err:
+        parser.error(f"--{key} {value!r}: {err}")
+
+
 def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="reflect-trl demo", description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", default="outputs/demo")
@@ -356,7 +387,5 @@ def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         value = next(it, None)
         if value is None:
             parser.error(f"{flag} needs a value")
-        current = getattr(cfg, key)
-        cast = type(current) if not isinstance(current, list) else (lambda v: v.split(","))
-        cfg = replace(cfg, **{key: cast(value)})
+        cfg = replace(cfg, **{key: _parse_field(key, getattr(cfg, key), value, parser)})
     return run_demo(cfg)

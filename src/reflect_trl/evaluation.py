@@ -282,12 +282,21 @@ def evaluate(
     names = [c.name for c in configurations]
     if len(set(names)) != len(names):
         raise ValueError(f"configuration names must be unique, got {names}")
-    stages = settings.stages or list(make_env(settings.env_name, **settings.env_kwargs).stages)
+    stage_tasks: dict[str, tuple[list[Task], list[int]]] = {}
+    if settings.stages:  # asked for by name: a stage without held-out tasks is an error
+        stage_tasks = {stage: eval_tasks(settings, stage) for stage in settings.stages}
+    else:  # all of the env's stages: skip (and say so) those a small corpus has no held-out tasks for
+        for stage in make_env(settings.env_name, **settings.env_kwargs).stages:
+            try:
+                stage_tasks[stage] = eval_tasks(settings, stage)
+            except ValueError as err:
+                print(f"[eval] skipping stage {stage!r}: {err}", flush=True)
+        if not stage_tasks:
+            raise ValueError(f"{settings.env_name}: no {settings.split!r} tasks in any stage to evaluate")
     cache = _ModelCache(settings.device)
     report = EvalReport(settings, list(configurations), [])
     for conf in configurations:
-        for stage in stages:
-            tasks, seeds = eval_tasks(settings, stage)
+        for stage, (tasks, seeds) in stage_tasks.items():
             # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
             decodings = {"oracle": ["greedy"], "random": ["sampled"]}.get(conf.policy, settings.decodings)
             for decoding in decodings:

@@ -112,6 +112,12 @@ def build_prompt(
     return PolicyPrompt(text=head + options_block(actions, shown, order), labels=shown, order=order)
 
 
+def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Prompt token ids exactly as TRL's ``SFTTrainer`` tokenizes a prompt (``tokenizer(text=...)``, special tokens
+    included, e.g. the BOS of Llama/Mistral tokenizers), so SFT, rollouts and evaluation feed the same ids."""
+    return [list(x) for x in tokenizer(list(texts))["input_ids"]] if texts else []
+
+
 def label_token_ids(tokenizer, labels: Sequence[str] = DEFAULT_LABELS, cue: str = ACTION_CUE) -> list[int]:
     """Token id of each label *as it is used* (right after the action cue).
 

@@ -27,7 +27,7 @@ import torch
 
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
 from reflect_trl.envs import Task, TextEnv, make_env
-from reflect_trl.prompts import build_prompt, options_block, reflection_prompt, with_stop
+from reflect_trl.prompts import build_prompt, encode_prompts, options_block, reflection_prompt, with_stop
 from reflect_trl.reflection.model import (
     DEFAULT_SHARED_PREFIX_MIN_TOKENS,
     ReflectionModel,
@@ -254,6 +254,11 @@ class RolloutEngine:
         return self._envs[i]
 
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Whole prompts, tokenized as SFT tokenized them (special tokens included)."""
+        return encode_prompts(self.tokenizer, texts)
+
+    def _tokenize_suffixes(self, texts: list[str]) -> list[list[int]]:
+        """Continuations of an already tokenized head: no special tokens."""
         return self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
 
     def _policy_ids(
@@ -269,12 +274,12 @@ class RolloutEngine:
             first = next((k for k, ok in enumerate(whole) if ok), None)
             if self._concat_ok is None and first is not None:
                 # check once that piecewise tokenisation equals whole-text tokenisation
-                pieces = heads[first] + self._tokenize([suffixes[first]])[0]
+                pieces = heads[first] + self._tokenize_suffixes([suffixes[first]])[0]
                 self._concat_ok = pieces == self._tokenize([full[first]])[0]
             if self._concat_ok:
                 ids = [
                     h + s if ok else self._tokenize([f])[0]
-                    for h, s, f, ok in zip(heads, self._tokenize(suffixes), full, whole, strict=True)
+                    for h, s, f, ok in zip(heads, self._tokenize_suffixes(suffixes), full, whole, strict=True)
                 ]
             else:
                 ids = self._tokenize(full)

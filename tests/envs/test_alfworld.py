@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reflect_trl.envs.alfworld_env import ALFWorldDataError, ALFWorldEnv
-from reflect_trl.envs.textworld_env import seeded_global_random
+from reflect_trl.envs.textgame import seeded_global_random
 
 SCENE = Path(__file__).parent / "data" / "alfworld_tomato_microwave"
 TASK_DIR = "pick_and_place_simple-Tomato-None-Microwave-7"

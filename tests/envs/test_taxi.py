@@ -96,6 +96,24 @@ def test_transitions_match_gymnasium_taxi_v4(gym_taxi, mode):
     assert (seen["delivered"] > 0 and seen["wrong_dropoff"] > 0) == (mode != "pickup"), seen
 
 
+def test_step_and_crash_rewards_are_configurable():
+    """step_reward / crash_reward replace the paper's -1 / -10 (raw); the pickup bonus and delivery are unchanged."""
+    env = make_env("taxi", mode="full", step_reward=0.0, crash_reward=-20.0)
+    state = encode_state(0, 1, 0, 1)  # passenger at R (0, 0), destination G
+    env.reset_to_state(state)
+    assert env.step(WEST)[1] == 0.0  # ordinary move: no step cost
+    assert env.step(PICKUP)[1] == BONUS
+    env.reset_to_state(state)
+    _, reward, terminated, _, info = env.step(NORTH)  # into the edge
+    assert (reward, terminated, info["crash"], info["raw_reward"]) == (-1.0, True, True, -20.0)
+    route = DangerousTaxiEnv(mode="dropoff", step_reward=0.0)
+    route.reset(seed=3)
+    rewards = []
+    while not route.done:
+        rewards.append(route.step(route.oracle_action())[1])
+    assert rewards[-1] == DELIVERY and set(rewards[:-1]) == {0.0} and route.success
+
+
 def test_crash_on_first_step_for_every_no_effect_action():
     env = DangerousTaxiEnv(mode="full")
     # Taxi at (0, 1): wall to the east, edge to the north; passenger waits at R (0, 0), destination G.

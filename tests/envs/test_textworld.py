@@ -11,7 +11,7 @@ import time
 import pytest
 
 from reflect_trl.envs.base import Observation
-from reflect_trl.envs.textworld_env import MAX_OPTIONS, clean_feedback, select_options
+from reflect_trl.envs.textgame import MAX_OPTIONS, clean_feedback, select_options
 from reflect_trl.prompts import DEFAULT_LABELS
 
 # Jericho warns that TextWorld's generated games are "not fully supported" (score detection); TextWorld tracks

@@ -14,7 +14,12 @@ from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, build_t
 
 @pytest.mark.textworld
 def test_rl_steps_on_textworld(tmp_path):
-    env_kwargs = {"challenge": "custom", "horizon": 6, "cache_dir": str(tmp_path / "games"), "exclude_commands": ["examine"]}
+    env_kwargs = {
+        "challenge": "custom",
+        "horizon": 6,
+        "cache_dir": str(tmp_path / "games"),
+        "exclude_commands": ["examine"],
+    }
     env = make_env("textworld", **env_kwargs)
     tasks = env.make_tasks("train", 2, seed=0, difficulty="easy")
     texts = []

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_trl.envs.base import SPLITS, Task, split_seed
-from reflect_trl.envs.textworld_env import (
+from reflect_trl.envs.textgame import (
     MAX_OPTIONS,
     TextGameEnv,
     missing_extra_error,

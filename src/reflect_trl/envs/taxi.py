@@ -6,6 +6,7 @@ On top of it (Reflect-RL, section 2.1 of the method notes, with the fixes of sec
 * **Crash rule**: an action that leaves the state unchanged (driving into a wall or off the grid, an illegal
   pickup or drop-off) ends the episode (``terminated``) with raw reward -10 -- on the first step too.
 * **Reward scale**: raw rewards are divided by 20 (step -0.05, delivery +1, crash -0.5, pickup bonus +1).
+  The step and crash rewards are constructor arguments (``step_reward``, ``crash_reward``; paper values by default).
 * **Modes** (a task's ``difficulty``): ``pickup`` (the first pickup earns +20 raw instead of the step cost and
   ends the episode with success), ``dropoff`` (the episode starts with the passenger aboard at the pickup
   cell, reached by the shortest path; success = delivered), ``full`` (pickup bonus once, success = delivered).
@@ -57,6 +58,7 @@ GRID_MAP: tuple[str, ...] = (
 
 # Raw (unscaled) rewards; the environment returns raw / REWARD_SCALE.
 REWARD_SCALE = 20.0
+STEP_REWARD = -1.0
 CRASH_REWARD = -10.0
 PICKUP_BONUS = 20.0
 
@@ -334,8 +336,18 @@ class DangerousTaxiEnv(TextEnv):
     name = "taxi"
     stages = ("pickup", "dropoff", "full")
 
-    def __init__(self, horizon: int = 20, mode: str | None = None) -> None:
+    def __init__(
+        self,
+        horizon: int = 20,
+        mode: str | None = None,
+        step_reward: float = STEP_REWARD,
+        crash_reward: float = CRASH_REWARD,
+    ) -> None:
         super().__init__(horizon)
+        # Raw rewards (before the /20 scale). The paper's -1 per step makes an early crash *cheaper* than a late
+        # one, so a policy that rarely succeeds learns to crash fast; step_reward=0 removes that incentive.
+        self.step_reward = float(step_reward)
+        self.crash_reward = float(crash_reward)
         self.fixed_mode = None if mode is None else self.check_difficulty(mode)
         self.mode = self.fixed_mode or "full"
         self.state = -1  # gym state id
@@ -429,10 +441,12 @@ class DangerousTaxiEnv(TextEnv):
         self.actions_taken.append(action)
         terminated = False
         if after == before:  # no visible effect: the taxi crashes
-            raw = CRASH_REWARD
+            raw = self.crash_reward
             self.crashed = terminated = True
         else:
             raw = dyn.raw_reward[before][action]
+            if raw == STEP_REWARD:  # an ordinary move (or a legal drop-off away from the destination)
+                raw = self.step_reward
             boarded = not decode_state(before).in_taxi and decode_state(after).in_taxi
             if boarded:
                 self.picked_up = True

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reflect_trl.prompts import STOP_MARKER, clean_reflection
+from reflect_trl.prompts import STOP_MARKER, clean_reflection, encode_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,9 @@ class ReflectionModel:
         return next(self.model.parameters()).device
 
     def tokenize(self, prompts: list[str]) -> list[list[int]]:
-        ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        ids = encode_prompts(
+            self.tokenizer, prompts
+        )  # as SFT tokenized them (BOS included where the tokenizer adds one)
         if self.max_prompt_length:
             ids = [x[-self.max_prompt_length :] for x in ids]
         return ids

@@ -109,7 +109,8 @@ class ReflectPPOConfig(GRPOConfig):
     )
     reflection_dtype: str = field(default="auto", metadata={"help": "dtype of the reflection model."})
     reflection_device: str | None = field(
-        default=None, metadata={"help": "Device of the reflection model (default: the policy's, e.g. cuda:1)."}
+        default=None,
+        metadata={"help": "Device of the reflection model (default: the policy's, e.g. cuda:1)."},
     )
     advantage_estimator: str = field(default="rloo", metadata={"help": "reinforce | rloo | gae"})
     gamma: float = field(default=1.0, metadata={"help": "Discount over turns."})

@@ -44,6 +44,7 @@ from reflect_trl.prompts import (
     REFLECTION_HEADER,
     STOP_MARKER,
     clean_reflection,
+    encode_prompts,
 )
 from reflect_trl.reflection.model import left_pad
 from reflect_trl.tracking import configure_tracking
@@ -259,7 +260,7 @@ def _strip_eos(text: str, eos: str | None) -> str:
 
 def _tokenize_prompts(tokenizer, prompts: Sequence[str], max_length: int | None) -> list[list[int]]:
     """Token ids as TRL's SFT tokenizes a prompt (``tokenizer(text=...)``), keeping the end if too long."""
-    ids = [tokenizer(text=p)["input_ids"] for p in prompts]
+    ids = encode_prompts(tokenizer, prompts)
     if max_length:
         ids = [x[-max_length:] for x in ids]
     return ids
