@@ -135,3 +135,14 @@ def test_read_transcripts_names_the_bad_line(tmp_path):
     path.write_text('{"a": 1}\n{"a": \n')
     with pytest.raises(ValueError, match=r"t.jsonl:2"):
         read_transcripts(path)
+
+
+def test_missing_model_directory_fails_before_any_episode(tmp_path):
+    settings = EvalSettings(episodes_per_stage=2, stages=["pickup"], decodings=["greedy"])
+    missing = str(tmp_path / "runs" / "rl_plain")
+    confs = [EvalConfiguration("oracle", "oracle"), EvalConfiguration("RL w/o reflection", missing)]
+    with pytest.raises(FileNotFoundError, match=r"'RL w/o reflection': policy .*rl_plain' does not exist"):
+        evaluate(confs, settings)
+    with pytest.raises(FileNotFoundError, match="reflection 'outputs/nowhere/refl' does not exist"):
+        evaluate([EvalConfiguration("r", "oracle", "outputs/nowhere/refl")], settings)
+    EvalConfiguration("hub", "org/model", "gpt2").check_models()  # hub ids are left to transformers

@@ -52,6 +52,22 @@ class EvalConfiguration:
     policy: str  # model path / hub id, or "oracle" / "random"
     reflection: str | None = None
 
+    def check_models(self) -> None:
+        """Fail before any episode runs when a model that must be a local directory is missing (a hub id has the
+        form ``name`` or ``org/name``; anything else is a path)."""
+        for role, ref in (("policy", self.policy), ("reflection", self.reflection)):
+            if (
+                ref is None
+                or (role == "policy" and ref in SCRIPTED_POLICIES)
+                or Path(ref).expanduser().exists()
+            ):
+                continue
+            if ref.count("/") > 1 or ref.startswith((".", "/", "~")):
+                raise FileNotFoundError(
+                    f"configuration {self.name!r}: {role} {ref!r} does not exist (a local directory; train it first, "
+                    "or give a hub id 'org/name')"
+                )
+
 
 @dataclass
 class EvalSettings:
@@ -282,6 +298,8 @@ def evaluate(
     names = [c.name for c in configurations]
     if len(set(names)) != len(names):
         raise ValueError(f"configuration names must be unique, got {names}")
+    for conf in configurations:
+        conf.check_models()
     stage_tasks: dict[str, tuple[list[Task], list[int]]] = {}
     if settings.stages:  # asked for by name: a stage without held-out tasks is an error
         stage_tasks = {stage: eval_tasks(settings, stage) for stage in settings.stages}
