@@ -172,9 +172,8 @@ class ReflectionModel:
         return next(self.model.parameters()).device
 
     def tokenize(self, prompts: list[str]) -> list[list[int]]:
-        ids = encode_prompts(
-            self.tokenizer, prompts
-        )  # as SFT tokenized them (BOS included where the tokenizer adds one)
+        # As SFT tokenized them (BOS included where the tokenizer adds one).
+        ids = encode_prompts(self.tokenizer, prompts)
         if self.max_prompt_length:
             ids = [x[-self.max_prompt_length :] for x in ids]
         return ids
