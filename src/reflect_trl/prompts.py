@@ -115,7 +115,7 @@ def build_prompt(
 def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Prompt token ids exactly as TRL's ``SFTTrainer`` tokenizes a prompt (``tokenizer(text=...)``, special tokens
     included, e.g. the BOS of Llama/Mistral tokenizers), so SFT, rollouts and evaluation feed the same ids."""
-    return [list(x) for x in tokenizer(list(texts))["input_ids"]] if texts else []
+    return tokenizer(list(texts))["input_ids"] if texts else []
 
 
 def label_token_ids(tokenizer, labels: Sequence[str] = DEFAULT_LABELS, cue: str = ACTION_CUE) -> list[int]:

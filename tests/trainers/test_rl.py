@@ -20,7 +20,7 @@ def _tasks(n: int = 8):
     return [t for s in STAGES for t in env.make_tasks("train", n, seed=0, difficulty=s)]
 
 
-def _trainer(model_dir, out_dir, reflection=True, **overrides) -> ReflectPPOTrainer:
+def _trainer(model_dir, out_dir, reflection=True, tasks=None, **overrides) -> ReflectPPOTrainer:
     kwargs = dict(
         output_dir=str(out_dir),
         per_device_train_batch_size=8,
@@ -42,7 +42,7 @@ def _trainer(model_dir, out_dir, reflection=True, **overrides) -> ReflectPPOTrai
     return ReflectPPOTrainer(
         model=load_causal_lm(model_dir),
         args=args,
-        train_dataset=tasks_to_dataset(_tasks()),
+        train_dataset=tasks_to_dataset(tasks if tasks is not None else _tasks()),
         processing_class=load_tokenizer(model_dir),
         reflection_model=load_causal_lm(model_dir, trainable=False) if reflection else None,
     )
@@ -209,28 +209,18 @@ def test_rl_learns_a_simple_environment(tiny_llama_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(reflect_trl.envs._REGISTRY, "line_world", "_toy_env:LineWorldEnv")
     env = make_env("line_world")
     tasks = [t for s in LineWorldEnv.stages for t in env.make_tasks("train", 32, seed=0, difficulty=s)]
-    args = ReflectPPOConfig(
-        output_dir=str(tmp_path),
+    trainer = _trainer(
+        tiny_llama_dir,
+        tmp_path,
+        reflection=False,
+        tasks=tasks,
         env_name="line_world",
         per_device_train_batch_size=16,
-        num_generations=4,
         num_iterations=2,
         max_steps=60,
         learning_rate=3e-3,
         advantage_estimator="rloo",
         curriculum=False,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-    )
-    trainer = ReflectPPOTrainer(
-        model=load_causal_lm(tiny_llama_dir),
-        args=args,
-        train_dataset=tasks_to_dataset(tasks),
-        processing_class=load_tokenizer(tiny_llama_dir),
     )
     trainer.train()
     success = _metric_series(trainer.state.log_history, "env/success_rate")
