@@ -37,7 +37,7 @@ install: $(PY)
 	$(PIP) install -e ".[dev]"
 
 install-extras: $(PY)
-	$(PIP) install -e ".[dev,textworld,alfworld]"
+	$(PIP) install -e ".[dev,textworld,alfworld,serve]"
 
 test:
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)

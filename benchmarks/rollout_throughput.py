@@ -39,11 +39,12 @@ from typing import Any
 import torch
 
 from reflect_trl.action_head import OptionHead
+from reflect_trl.batching import left_pad, position_ids_from_mask
 from reflect_trl.envs import Task, make_env, register_env
 from reflect_trl.envs.taxi import DangerousTaxiEnv
 from reflect_trl.prompts import build_prompt, clean_reflection, reflection_prompt
 from reflect_trl.reflection.model import ReflectionModel, stop_token_ids
-from reflect_trl.rollout import PolicyActor, RolloutEngine, left_pad, position_ids_from_mask
+from reflect_trl.rollout import PolicyActor, RolloutEngine
 from reflect_trl.tiny_models import PRESETS
 
 BENCH_ENV = "taxi_forgiving_bench"
@@ -347,7 +348,7 @@ PROFILE_PHASES: dict[str, tuple[str, str]] = {
     # phase: (file suffix, function name) whose cumulative time is the phase
     "reflection: generate (total)": ("generation/utils.py", "generate"),
     "reflection: prefill of the suffixes": ("generation/utils.py", "_prefill"),
-    "shared-prefix KV encoding (both players)": ("reflection/model.py", "prefix_kv_cache"),
+    "shared-prefix KV encoding (both players)": ("reflect_trl/batching.py", "prefix_kv_cache"),
     "reflection: decode (sampling loop)": ("generation/utils.py", "_sample"),
     "policy: forward + option head": ("reflect_trl/rollout.py", "act"),
     "tokenization (all)": ("tokenization_utils_base.py", "__call__"),

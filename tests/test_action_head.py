@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs, options_mask
+from reflect_trl.batching import position_ids_from_mask
 from reflect_trl.prompts import build_prompt
 
 PROMPTS = [
@@ -127,7 +128,7 @@ def test_same_results_with_zero_lora_adapter(gpt2):
     peft_model.eval()
     with torch.no_grad():
         wrapped = head.log_probs(peft_model, ids, mask, n)
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        position_ids = position_ids_from_mask(mask)
         out = peft_model(
             input_ids=ids, attention_mask=mask, position_ids=position_ids, output_hidden_states=True
         )

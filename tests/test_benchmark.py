@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from reflect_trl.action_head import OptionHead
+from reflect_trl.batching import shared_prefix_length
 from reflect_trl.envs import make_env
 from reflect_trl.envs.taxi import taxi_dynamics
 from reflect_trl.prompts import build_prompt, reflection_prompt
-from reflect_trl.reflection.model import ReflectionModel, shared_prefix_length
+from reflect_trl.reflection.model import ReflectionModel
 from reflect_trl.rollout import PolicyActor
 
 BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "rollout_throughput.py"

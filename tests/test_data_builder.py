@@ -1,8 +1,7 @@
-"""Tests of the SFT data builder, on a toy environment and (when present) on DangerousTaxi."""
+"""Tests of the SFT data builder, on a toy environment and on DangerousTaxi."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,13 +24,9 @@ from reflect_trl.prompts import (
     DEFAULT_LABELS,
     STOP_MARKER,
     build_prompt,
+    read_option_labels,
     reflection_prompt,
 )
-
-HAS_TAXI = importlib.util.find_spec("reflect_trl.envs.taxi") is not None and (
-    importlib.util.find_spec("reflect_trl.reflection.taxi_oracle") is not None
-)
-needs_taxi = pytest.mark.skipif(not HAS_TAXI, reason="DangerousTaxi is not available yet")
 
 
 def toy_config(tmp_path: Path, **overrides) -> DataBuilderConfig:
@@ -220,6 +215,18 @@ def test_custom_labels(tmp_path):
     )
 
 
+def test_the_labels_used_are_recorded_next_to_the_data(toy_build, tmp_path):
+    _, _, root = toy_build
+    assert read_option_labels(root / "line_world") == DEFAULT_LABELS
+    config, result = build_toy(tmp_path, option_labels="p, q, r, s, t", n_train_tasks=2, n_val_tasks=1)
+    assert config.labels == ("p", "q", "r", "s", "t")
+    assert read_option_labels(tmp_path / "line_world") == config.labels
+    row = result["policy_reflect"]["train"][0]
+    assert row["completion"] == config.labels[row["option_index"]] and "\np. go left\n" in row["prompt"]
+    with pytest.raises(ValueError, match="distinct"):
+        toy_config(tmp_path, option_labels="AAB")
+
+
 def test_train_and_validation_tasks_are_disjoint(toy_build):
     _, result, _ = toy_build
     train = set(result["reflection"]["train"]["seed"])
@@ -243,7 +250,6 @@ def test_refuses_to_overwrite_foreign_directories(tmp_path):
 
 
 # -- DangerousTaxi -----------------------------------------------------------------------------------------
-@needs_taxi
 def test_taxi_data_replays_and_negatives_name_the_recovery(tmp_path):
     config = DataBuilderConfig(
         env_name="taxi",
@@ -259,15 +265,15 @@ def test_taxi_data_replays_and_negatives_name_the_recovery(tmp_path):
     for split in ("train", "validation"):
         rows = with_seed_base(result["policy_reflect"][split].to_list(), config.seed)
         assert replay_rows(env, rows) > 0
-        for row in result["reflection"][split]:
-            assert row["completion"].endswith(STOP_MARKER)
-            if row["is_negative"]:
-                assert env.observation is not None
-                assert env.observation.actions[row["action_index"]] in row["completion"]
+        reflections = result["reflection"][split].to_list()
+        assert all(row["completion"].endswith(STOP_MARKER) for row in reflections)
+        negatives = [row for row in reflections if row["is_negative"]]
+        assert negatives, "negative_prob=1 injects a mistake into every trajectory that has one"
+        for row in negatives:
+            assert row["action_text"] in row["completion"], "a negative example names the recovery action"
     assert set(result["reflection"]["train"]["difficulty"]) == set(env.stages)
 
 
-@needs_taxi
 def test_cli_reads_yaml_and_overrides(tmp_path):
     recipe = tmp_path / "data.yaml"
     recipe.write_text(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import shutil
 
 import pytest
+from transformers import AutoTokenizer
 
 from reflect_trl.envs import make_env
 from reflect_trl.evaluation import (
@@ -146,3 +149,69 @@ def test_missing_model_directory_fails_before_any_episode(tmp_path):
     with pytest.raises(FileNotFoundError, match="reflection 'outputs/nowhere/refl' does not exist"):
         evaluate([EvalConfiguration("r", "oracle", "outputs/nowhere/refl")], settings)
     EvalConfiguration("hub", "org/model", "gpt2").check_models()  # hub ids are left to transformers
+
+
+def _replay_actions(transcript: dict) -> list[tuple[int, int]]:
+    """(taken action index, oracle action index) of every turn, replayed in a fresh environment."""
+    from reflect_trl.envs import Task
+
+    env = make_env("taxi")
+    env.reset(seed=transcript["seed"], task=Task.from_dict(transcript["task"]))
+    pairs = []
+    for turn in transcript["turns"]:
+        pairs.append((turn["action_index"], env.oracle_action()))
+        env.step(turn["action_index"])
+    return pairs
+
+
+def test_scripted_policies_play_through_the_rollout_engine():
+    from reflect_trl.seeding import derive_seed
+
+    settings = EvalSettings(env_name="taxi", episodes_per_stage=6, stages=["dropoff"], seed=2, batch_size=4)
+    confs = [EvalConfiguration("oracle", "oracle"), EvalConfiguration("random", "random")]
+    report = evaluate(confs, settings, progress=False)
+    oracle = report.transcripts["oracle__dropoff__greedy"]
+    assert [t["success"] for t in oracle] == [True] * 6
+    for transcript in oracle:
+        assert all(taken == best for taken, best in _replay_actions(transcript))
+        assert all(turn["logprob"] == 0.0 and turn["reflection"] is None for turn in transcript["turns"])
+    random_runs = report.transcripts["random__dropoff__sampled"]
+    for transcript in random_runs:
+        for step, turn in enumerate(transcript["turns"]):
+            n = len(turn["options"])
+            draw = random.Random(derive_seed(transcript["seed"], "random_policy", step)).randrange(n)
+            assert turn["action_index"] == draw and turn["logprob"] == pytest.approx(-math.log(n))
+    # Batch size does not change an episode.
+    again = evaluate(confs, EvalSettings(**{**settings.__dict__, "batch_size": 1}), progress=False)
+    assert again.transcripts == report.transcripts
+
+
+def test_eval_prompts_use_the_labels_recorded_with_the_policy(tiny_model_dir, tmp_path, monkeypatch):
+    from reflect_trl.prompts import OPTIONS_HEADER, write_option_labels
+    from reflect_trl.rollout import PolicyActor
+
+    policy_dir = tmp_path / "policy"
+    shutil.copytree(tiny_model_dir, policy_dir)
+    write_option_labels(policy_dir, list("123456"))
+    seen: list[tuple[tuple[str, ...], list[list[int]]]] = []
+    act = PolicyActor.act
+
+    def recording_act(self, prompt_ids, num_options, live=None):
+        seen.append((self.option_head.labels, [list(x) for x in prompt_ids]))
+        return act(self, prompt_ids, num_options, live=live)
+
+    monkeypatch.setattr(PolicyActor, "act", recording_act)
+    settings = EvalSettings(episodes_per_stage=2, stages=["pickup"], decodings=["greedy"], seed=1)
+    evaluate([EvalConfiguration("p", str(policy_dir))], settings, progress=False)
+    assert seen
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    for labels, batch in seen:
+        assert labels == tuple("123456")
+        for ids in batch:
+            options = tokenizer.decode(ids).split(OPTIONS_HEADER)[1].splitlines()[:6]
+            assert [line.split(". ")[0] for line in options] == list("123456")
+    with pytest.raises(ValueError, match="differ from the labels"):
+        evaluate(
+            [EvalConfiguration("p", str(policy_dir))],
+            EvalSettings(**{**settings.__dict__, "option_labels": "ABCDEF"}),
+        )

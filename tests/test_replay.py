@@ -9,7 +9,7 @@ from reflect_trl.replay import ReplayBuffer, ReplayTurn
 
 def _turns(n: int, start: int = 0) -> list[ReplayTurn]:
     return [
-        ReplayTurn(prompt_ids=(i, i + 1, i + 2), label_token=100 + i, num_options=6, return_to_go=i / 10)
+        ReplayTurn(prompt_ids=(i, i + 1, i + 2), option=i % 6, num_options=6, return_to_go=i / 10)
         for i in range(start, start + n)
     ]
 
@@ -20,7 +20,7 @@ def test_fifo_capacity():
     buf.add(_turns(3))
     buf.add(_turns(4, start=3))
     assert len(buf) == 5
-    assert [t.label_token for t in buf.turns] == [102, 103, 104, 105, 106], "oldest turns are evicted first"
+    assert [t.prompt_ids[0] for t in buf.turns] == [2, 3, 4, 5, 6], "oldest turns are evicted first"
     assert buf.sample(0) == []
     buf.clear()
     assert len(buf) == 0

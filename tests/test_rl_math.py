@@ -1,4 +1,4 @@
-"""RL math on hand-computed examples: returns, REINFORCE, RLOO, GAE, whitening, clipped value loss."""
+"""RL math on hand-computed examples: returns, REINFORCE, RLOO, GiGPO, GAE, whitening, the turn-level PPO loss."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import pytest
 import torch
 
 from reflect_trl.rl_math import (
-    clipped_value_loss,
+    approx_kl,
+    explained_variance,
     gae_advantages,
+    gigpo_advantages,
     reinforce_advantages,
     returns_to_go,
     rloo_advantages,
+    turn_losses,
     whiten,
 )
 
@@ -113,21 +116,156 @@ def test_whiten():
     assert torch.isfinite(whiten(torch.tensor([2.0, 2.0, 2.0]))).all()
 
 
+def _value_terms(values, old, returns, clip=0.2):
+    zeros = torch.zeros_like(values)
+    return turn_losses(
+        zeros,
+        zeros,
+        zeros,
+        zeros,
+        clip_low=0.2,
+        clip_high=0.2,
+        values=values,
+        old_values=old,
+        returns=returns,
+        value_clip=clip,
+    )
+
+
 def test_clipped_value_loss_inactive_clip():
     # |V - V_old| = 0.1 < 0.2: no clipping, loss = 0.5 * (1.0 - 2.0)^2
-    loss, frac = clipped_value_loss(torch.tensor([1.0]), torch.tensor([0.9]), torch.tensor([2.0]), clip=0.2)
-    assert loss.item() == pytest.approx(0.5)
-    assert frac.item() == 0.0
+    terms = _value_terms(torch.tensor([1.0]), torch.tensor([0.9]), torch.tensor([2.0]))
+    assert terms.value.item() == pytest.approx(0.5)
+    assert terms.value_clipped.item() == 0.0
 
 
 def test_clipped_value_loss_active_clip():
     values, old, returns = torch.tensor([1.9, 2.0]), torch.tensor([1.0, 1.0]), torch.tensor([2.0, 1.0])
-    loss, frac = clipped_value_loss(values, old, returns, clip=0.2)
+    terms = _value_terms(values, old, returns)
     # row 0: clipped V = 1.2 -> max((1.9-2)^2, (1.2-2)^2) = 0.64 (clipped term wins)
     # row 1: clipped V = 1.2 -> max((2-1)^2, (1.2-1)^2) = 1.0 (unclipped term wins)
-    assert loss.item() == pytest.approx(0.5 * (0.64 + 1.0) / 2)
-    assert frac.item() == pytest.approx(0.5)
+    torch.testing.assert_close(terms.value, torch.tensor([0.5 * 0.64, 0.5 * 1.0]))
+    torch.testing.assert_close(terms.value_clipped, torch.tensor([1.0, 0.0]))
     # gradients flow only through the winning term
     v = values.clone().requires_grad_(True)
-    clipped_value_loss(v, old, returns, clip=0.2)[0].backward()
-    torch.testing.assert_close(v.grad, torch.tensor([0.0, 0.5 * (2.0 - 1.0)]))
+    _value_terms(v, old, returns).value.sum().backward()
+    torch.testing.assert_close(v.grad, torch.tensor([0.0, 2.0 - 1.0]))
+
+
+def test_clipped_surrogate_by_hand():
+    # ratios e^{0.5} = 1.65 (clipped above for A > 0), e^{-0.5} = 0.61 (clipped below for A < 0), 1.1 (inside)
+    logp = torch.tensor([0.5, -0.5, math.log(1.1), 0.5])
+    old = torch.zeros(4)
+    adv = torch.tensor([2.0, -1.0, 3.0, -2.0])
+    terms = turn_losses(logp, old, adv, torch.zeros(4), clip_low=0.2, clip_high=0.3)
+    r = torch.exp(logp)
+    expected = torch.tensor(
+        [
+            -1.3 * 2.0,
+            -(0.8 * -1.0),
+            -(1.1 * 3.0),
+            -(r[3].item() * -2.0),
+        ]  # row 3: A < 0, r > 1: unclipped is min
+    )
+    torch.testing.assert_close(terms.policy, expected)
+    torch.testing.assert_close(terms.clipped, torch.tensor([1.0, 1.0, 0.0, 1.0]))
+    assert terms.kl is None and terms.value is None
+    # gradient vanishes exactly where the clipped term is the minimum
+    lp = logp.clone().requires_grad_(True)
+    turn_losses(lp, old, adv, torch.zeros(4), clip_low=0.2, clip_high=0.3).policy.sum().backward()
+    assert lp.grad[0] == 0 and lp.grad[1] == 0
+    assert lp.grad[2].item() == pytest.approx(-3.0 * 1.1)
+
+
+def test_kl_to_reference_is_k3_and_zero_at_equality():
+    logp = torch.tensor([-1.0, -2.0])
+    ref = torch.tensor([-1.0, -1.5])
+    terms = turn_losses(logp, logp, torch.zeros(2), torch.zeros(2), clip_low=0.2, clip_high=0.2, ref_logp=ref)
+    d = ref - logp
+    torch.testing.assert_close(terms.kl, torch.exp(d) - d - 1)
+    assert terms.kl[0].item() == 0.0 and terms.kl[1].item() > 0
+
+
+def test_approx_kl_and_explained_variance():
+    assert approx_kl(torch.tensor([0.0]), torch.tensor([0.0])).item() == 0.0
+    assert approx_kl(torch.tensor([0.3]), torch.tensor([0.0])).item() == pytest.approx(
+        math.exp(0.3) - 1 - 0.3, rel=1e-5
+    )
+    returns = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert explained_variance(returns, returns) == pytest.approx(1.0)
+    assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(0.0)
+    assert math.isnan(explained_variance(torch.zeros(3), torch.ones(3)))
+
+
+# -- GiGPO ------------------------------------------------------------------------------------------------------
+def test_gigpo_same_state_different_actions_get_opposite_step_advantages():
+    # Task 0, two episodes: both start in state "s0"; episode 0 then succeeds (+1), episode 1 crashes (-0.5).
+    rewards = [[0.0, 1.0], [-0.5]]
+    keys = [["s0", "s1"], ["s0"]]
+    adv, stats = gigpo_advantages(rewards, [0, 0], keys, gamma=1.0, step_weight=1.0, scale="none")
+    # A_E: returns 1.0 and -0.5, mean 0.25 -> +0.75 / -0.75; A_S in s0: G = 1.0 and -0.5 -> +0.75 / -0.75;
+    # s1 is seen once -> A_S = 0.
+    _close(adv, [[1.5, 0.75], [-1.5]])
+    assert stats.grouped_share == pytest.approx(2 / 3)
+    assert stats.mean_group_size == pytest.approx(1.5)
+    # with the std scale: each group of two values {x, -x} becomes {+1, -1} / sqrt(2) * ... (sample std)
+    adv_std, _ = gigpo_advantages(rewards, [0, 0], keys, gamma=1.0, scale="group")
+    s = 1.5 / math.sqrt(2)  # sample std of {1.0, -0.5}
+    _close(adv_std, [[0.75 / s + 0.75 / s, 0.75 / s], [-0.75 / s - 0.75 / s]], tol=1e-5)
+
+
+def test_gigpo_discounted_step_returns():
+    # Same state reached at different turns: G uses gamma from that turn on.
+    rewards = [[0.0, 0.0, 1.0], [0.0, 1.0]]
+    keys = [["a", "b", "c"], ["x", "b"]]  # state "b" at turn 1 of ep 0 (G = 0.9) and turn 1 of ep 1 (G = 1.0)
+    adv, _ = gigpo_advantages(rewards, [0, 0], keys, gamma=0.9, step_weight=0.5, scale="none")
+    # returns equal (1.0 and 1.0) -> A_E = 0; A_S(b): 0.9 vs 1.0 -> -0.05 / +0.05, times omega = 0.5
+    _close(adv, [[0.0, -0.025, 0.0], [0.0, 0.025]])
+
+
+def test_gigpo_singletons_and_equal_returns_give_zero():
+    adv, stats = gigpo_advantages(
+        [[1.0], [0.0]], [0, 1], [["a"], ["a"]], gamma=1.0
+    )  # groups never cross tasks
+    _close(adv, [[0.0], [0.0]])
+    assert stats.grouped_share == 0.0
+    adv, _ = gigpo_advantages([[0.0, 1.0], [0.0, 1.0]], [0, 0], [["a", "b"], ["a", "b"]], gamma=1.0)
+    _close(adv, [[0.0, 0.0], [0.0, 0.0]])
+
+
+def test_gigpo_with_omega_zero_is_the_episode_level_estimator():
+    rewards = [[0.0, 1.0], [-0.5], [0.2, 0.2, 0.0]]
+    keys = [["a", "b"], ["a"], ["a", "c", "b"]]
+    adv, _ = gigpo_advantages(rewards, [0, 0, 0], keys, gamma=0.95, step_weight=0.0, scale="group")
+    totals = [1.0, -0.5, 0.4]
+    mean = sum(totals) / 3
+    std = (sum((t - mean) ** 2 for t in totals) / 2) ** 0.5
+    _close(
+        adv, [[(t - mean) / (std + 1e-6)] * len(r) for t, r in zip(totals, rewards, strict=True)], tol=1e-6
+    )
+
+
+def test_gigpo_is_invariant_to_episode_order():
+    rewards = [[0.0, 1.0], [-0.5], [0.2, 0.2, 0.0], [0.0, 0.0]]
+    keys = [["a", "b"], ["a"], ["a", "c", "b"], ["z", "a"]]
+    groups = [0, 0, 1, 1]
+    adv, _ = gigpo_advantages(rewards, groups, keys, gamma=0.9)
+    order = [3, 1, 2, 0]
+    adv_perm, _ = gigpo_advantages(
+        [rewards[i] for i in order], [groups[i] for i in order], [keys[i] for i in order], gamma=0.9
+    )
+    _close([adv_perm[order.index(i)] for i in range(4)], adv, tol=1e-12)
+
+
+def test_gigpo_rejects_mismatched_keys():
+    with pytest.raises(ValueError, match="episode 0: 2 rewards but 1 state keys"):
+        gigpo_advantages([[0.0, 1.0]], [0], [["a"]])
+
+
+def test_explained_variance_from_moments_matches_the_direct_one():
+    from reflect_trl.rl_math import explained_variance_from_moments
+
+    returns, values = torch.tensor([1.0, 2.0, 0.5, 4.0]), torch.tensor([0.8, 2.5, 0.0, 3.0])
+    d = returns - values
+    got = explained_variance_from_moments(4, returns.sum(), (returns**2).sum(), d.sum(), (d**2).sum())
+    assert got == pytest.approx(explained_variance(values, returns), rel=1e-5)

@@ -8,19 +8,13 @@ import pytest
 import torch
 
 from reflect_trl.action_head import OptionHead
+from reflect_trl.batching import left_pad, position_ids_from_mask
 from reflect_trl.envs import make_env
 from reflect_trl.prompts import build_prompt, options_block, reflection_prompt, with_stop
 from reflect_trl.reflection.model import ReflectionModel
-from reflect_trl.rollout import (
-    Episode,
-    PolicyActor,
-    RolloutEngine,
-    Turn,
-    derive_seed,
-    episode_metrics,
-    left_pad,
-    position_ids_from_mask,
-)
+from reflect_trl.rollout import Episode, PolicyActor, RolloutEngine, Turn, episode_metrics
+from reflect_trl.scripted_actors import OracleActor
+from reflect_trl.seeding import derive_seed
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,26 +84,12 @@ def _check_turn(turn: Turn, head: OptionHead) -> None:
     assert turn.label_token == head.label_ids[turn.option].item()
 
 
-def test_left_pad_and_position_ids():
-    ids, mask = left_pad([[5, 6, 7], [8], []], pad_id=0)
-    assert ids.tolist() == [[5, 6, 7], [0, 0, 8], [0, 0, 0]]
-    assert mask.tolist() == [[1, 1, 1], [0, 0, 1], [0, 0, 0]]
-    assert position_ids_from_mask(mask).tolist() == [[0, 1, 2], [0, 0, 0], [0, 0, 0]]
-    assert position_ids_from_mask(torch.tensor([[0, 1, 1, 1]])).tolist() == [[0, 0, 1, 2]]
-
-
-def test_derive_seed_is_stable():
-    assert derive_seed(1, "x") == derive_seed(1, "x")
-    assert derive_seed(1, "x") != derive_seed(2, "x")
-    assert 0 <= derive_seed("anything", 3) < 2**31
-
-
 def test_rollout_without_reflection(policy_parts, tasks):
     model, tok, head = policy_parts
     engine = _engine(policy_parts)
     calls: list[int] = []
     act = engine.policy.act
-    engine.policy.act = lambda ids, n: calls.append(len(ids)) or act(ids, n)
+    engine.policy.act = lambda ids, n, live=None: calls.append(len(ids)) or act(ids, n, live=live)
     torch.manual_seed(0)
     episodes = engine.run(tasks)
     assert [ep.task for ep in episodes] == list(tasks)
@@ -218,9 +198,12 @@ def test_truncation_by_horizon(policy_parts, tasks):
     torch.manual_seed(0)
     episodes = _engine(policy_parts, env_kwargs={"horizon": 1}).run(tasks)
     assert all(ep.length == 1 for ep in episodes)
-    for ep in episodes:
-        if not ep.crashed and not ep.success:
-            assert ep.truncated
+    assert [ep.truncated for ep in episodes] == [not ep.crashed and not ep.success for ep in episodes]
+    # The oracle never crashes and needs more than one step on these tasks: every episode is cut by the horizon.
+    oracle = RolloutEngine("taxi", OracleActor(), env_kwargs={"horizon": 1}).run(tasks)
+    assert [(ep.length, ep.crashed, ep.success, ep.truncated) for ep in oracle] == [
+        (1, False, False, True)
+    ] * len(tasks)
 
 
 def test_policy_ids_piecewise_equals_whole_text(policy_parts, reflection_model):
@@ -312,7 +295,7 @@ def test_prompts_carry_the_bos_that_sft_trained_with(tiny_model_dir):
     from tokenizers.processors import TemplateProcessing
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from reflect_trl.trainers.sft import _tokenize_prompts
+    from reflect_trl.trainers.sft_metrics import encode_truncated_prompts
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     bos = tok.eos_token
@@ -334,7 +317,7 @@ def test_prompts_carry_the_bos_that_sft_trained_with(tiny_model_dir):
     ]
     full = [p.text for p in prompts]
     ids = engine._policy_ids(heads, suffixes, full)
-    sft_ids = _tokenize_prompts(tok, full, None)
+    sft_ids = encode_truncated_prompts(tok, full, None)
     assert ids == sft_ids == [tok(text=t)["input_ids"] for t in full]
     assert all(x[0] == bos_id and x.count(bos_id) == 1 for x in ids)
     episodes = engine.run(env.make_tasks("validation", 2, seed=1))

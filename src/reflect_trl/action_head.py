@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from reflect_trl.batching import position_ids_from_mask
 from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, label_token_ids
 
 
@@ -66,7 +67,7 @@ class OptionHead:
         absolute position embeddings (GPT-2).
         """
         if kwargs.get("position_ids") is None:
-            kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            kwargs["position_ids"] = position_ids_from_mask(attention_mask)
         out = model(
             input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False, **kwargs
         )

@@ -31,13 +31,13 @@ environment's actions and its text;
 action taken just before, -1 at the first step).
 
 Output, under ``<output_dir>/<env>/``: ``<name>/`` (``DatasetDict.save_to_disk`` with ``train`` and
-``validation``), ``<name>.jsonl`` (all rows, ``split`` field first; byte-identical for the same config) and
-``README.md`` (the data card).
+``validation``), ``<name>.jsonl`` (all rows, ``split`` field first; byte-identical for the same config),
+``README.md`` (the data card) and :data:`~reflect_trl.prompts.LABELS_FILE` (the option labels of the policy
+prompts; ``reflect-trl sft`` reads it next to its ``dataset_path``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import random
@@ -51,8 +51,18 @@ from typing import Any
 
 from reflect_trl.datasets_io import SPLIT_COLUMN, write_jsonl
 from reflect_trl.envs import Observation, Task, TextEnv, make_env
-from reflect_trl.prompts import DEFAULT_LABELS, STOP_MARKER, build_prompt, reflection_prompt, with_stop
+from reflect_trl.prompts import (
+    DEFAULT_LABELS,
+    LABELS_FILE,
+    STOP_MARKER,
+    build_prompt,
+    parse_option_labels,
+    reflection_prompt,
+    with_stop,
+    write_option_labels,
+)
 from reflect_trl.reflection import ReflectionContext, Reflector, get_oracle_reflector
+from reflect_trl.seeding import derive_seed
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +126,12 @@ class DataBuilderConfig:
     shuffle_options: bool = field(
         default=False, metadata={"help": "Shuffle the option order per state (seeded); the label follows it."}
     )
-    option_labels: str | None = field(
-        default=None, metadata={"help": "Option labels as one string, e.g. ABCDEF (default: A-Z, a-z, 0-9)."}
+    option_labels: list[str] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Option labels: a list, a comma-separated string or one string of single characters "
+            "(ABCDEF); default A-Z, a-z, 0-9. Recorded in <output_dir>/<env>/" + LABELS_FILE + "."
+        },
     )
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
@@ -139,6 +153,8 @@ class DataBuilderConfig:
             raise ValueError(f"negatives_per_trajectory must be >= 0, got {self.negatives_per_trajectory}")
         if self.n_train_tasks < 0 or self.n_val_tasks < 0:
             raise ValueError(f"task counts must be >= 0, got {self.n_train_tasks}, {self.n_val_tasks}")
+        labels = parse_option_labels(self.option_labels)
+        self.option_labels = list(labels) if labels is not None else None
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -169,12 +185,6 @@ class BuildStats:
     negatives_naming_recovery: int = 0
     empty_reflections: int = 0
     oracle_successes: Counter = field(default_factory=Counter)  # (split, difficulty) -> oracle succeeded
-
-
-def derive_seed(*parts: Any) -> int:
-    """A stable 63-bit seed from any printable parts (independent of PYTHONHASHSEED)."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 # -- trajectories --------------------------------------------------------------------------------------------
@@ -483,6 +493,7 @@ def build_datasets(config: DataBuilderConfig, env: TextEnv | None = None, reflec
         )
         result[name] = dataset
     (out / "README.md").write_text(dataset_card(config, rows, stats), encoding="utf-8")
+    write_option_labels(out, config.labels)
     logger.info("wrote %s data sets to %s", len(DATASET_NAMES), out)
     return result
 
@@ -552,6 +563,7 @@ def dataset_card(
         "",
         "- `<name>/`: `DatasetDict` (`train`, `validation`) saved with `save_to_disk`;",
         "- `<name>.jsonl`: the same rows, one JSON object per line, `split` first;",
+        f"- `{LABELS_FILE}`: the option labels of the policy prompts (read by `reflect-trl sft`);",
         "- columns: `prompt`, `completion`, " + ", ".join(f"`{c}`" for c in METADATA_COLUMNS) + ".",
         "",
     ]

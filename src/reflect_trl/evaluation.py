@@ -9,8 +9,12 @@ decoding:
 * ``sampled``: the policy samples at temperature 1 (as in training and the paper), the reflection model at
   ``reflection_temperature``.
 
-All configurations see the same tasks and episode seeds, and each (configuration, stage, decoding) cell seeds the
-torch RNG identically, so the same seed reproduces the same table.
+Every configuration plays through the same lock-step :class:`~reflect_trl.rollout.RolloutEngine`: a model policy
+as a :class:`~reflect_trl.rollout.PolicyActor`, the built-in policies as the scripted actors of
+:mod:`reflect_trl.scripted_actors`. All configurations see the same tasks and episode seeds, and each
+(configuration, stage, decoding) cell seeds the torch RNG identically, so the same seed reproduces the same table.
+The option labels of a model policy are the ones recorded next to it at training time (``option_labels`` may only
+repeat them).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import re
 import time
 from collections.abc import Sequence
@@ -28,11 +31,16 @@ from typing import Any
 
 import torch
 
+from reflect_trl.action_head import OptionHead
 from reflect_trl.envs import Task, make_env
-from reflect_trl.rollout import Episode, Turn, derive_seed
+from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, resolve_option_labels
+from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.rollout import Actor, Episode, PolicyActor, RolloutEngine
+from reflect_trl.scripted_actors import SCRIPTED_ACTORS, scripted_actor
+from reflect_trl.seeding import derive_seed
 
 DECODINGS = ("greedy", "sampled")
-SCRIPTED_POLICIES = ("oracle", "random")
+SCRIPTED_POLICIES = tuple(SCRIPTED_ACTORS)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -83,6 +91,9 @@ class EvalSettings:
     reflection_temperature: float = 1.0
     shuffle_options: bool = False
     device: str | None = None
+    # None: each policy's recorded labels (reflect_trl.prompts.LABELS_FILE), else the defaults. A list, a
+    # comma-separated string or one string of single characters; it must match what a policy recorded.
+    option_labels: list[str] | str | None = None
 
     def __post_init__(self) -> None:
         bad = [d for d in self.decodings if d not in DECODINGS]
@@ -90,6 +101,8 @@ class EvalSettings:
             raise ValueError(f"unknown decoding(s) {bad}; choose from {DECODINGS}")
         if self.episodes_per_stage < 1:
             raise ValueError(f"episodes_per_stage must be >= 1, got {self.episodes_per_stage}")
+        labels = parse_option_labels(self.option_labels)
+        self.option_labels = list(labels) if labels is not None else None
 
 
 @dataclass
@@ -136,44 +149,6 @@ def eval_tasks(settings: EvalSettings, stage: str) -> tuple[list[Task], list[int
     return tasks, seeds
 
 
-def run_scripted(
-    settings: EvalSettings, policy: str, tasks: Sequence[Task], seeds: Sequence[int]
-) -> list[Episode]:
-    """Episodes of the built-in policies: ``oracle`` (the environment's oracle) or ``random`` (uniform)."""
-    if policy not in SCRIPTED_POLICIES:
-        raise ValueError(f"unknown scripted policy {policy!r}; known: {SCRIPTED_POLICIES}")
-    env = make_env(settings.env_name, **settings.env_kwargs)
-    episodes = []
-    for task, seed in zip(tasks, seeds, strict=True):
-        rng = random.Random(seed)
-        obs = env.reset(seed=seed, task=task)
-        ep = Episode(task=task, seed=seed)
-        for step in range(env.horizon + 1):
-            n = len(obs.actions)
-            action = env.oracle_action() if policy == "oracle" else rng.randrange(n)
-            turn = Turn(
-                step,
-                obs.text,
-                obs.actions,
-                None,
-                [],
-                n,
-                action,
-                action,
-                -math.log(n) if policy == "random" else 0.0,
-                0.0,
-            )
-            obs, reward, terminated, truncated, info = env.step(action)
-            turn.reward = float(reward)
-            ep.turns.append(turn)
-            if terminated or truncated:
-                ep.success, ep.crashed = bool(info.get("success")), bool(info.get("crash"))
-                ep.truncated = bool(truncated and not terminated)
-                break
-        episodes.append(ep)
-    return episodes
-
-
 class _ModelCache:
     """Loads each model once per evaluation run."""
 
@@ -190,7 +165,20 @@ class _ModelCache:
         return self._models[path]
 
 
-def run_model_policy(
+def policy_labels(settings: EvalSettings, configuration: EvalConfiguration) -> tuple[str, ...]:
+    """The option labels of a configuration: ``settings.option_labels``, else those recorded next to a local
+    policy, else the defaults (configured labels that differ from the recorded ones are an error)."""
+    if configuration.policy in SCRIPTED_POLICIES:
+        return parse_option_labels(settings.option_labels) or DEFAULT_LABELS
+    local = Path(configuration.policy).expanduser()
+    return resolve_option_labels(
+        settings.option_labels,
+        local if local.is_dir() else None,
+        what=f"the policy of configuration {configuration.name!r}",
+    )
+
+
+def run_configuration(
     settings: EvalSettings,
     configuration: EvalConfiguration,
     decoding: str,
@@ -198,13 +186,15 @@ def run_model_policy(
     seeds: Sequence[int],
     cache: _ModelCache,
 ) -> list[Episode]:
-    from reflect_trl.action_head import OptionHead
-    from reflect_trl.reflection.model import ReflectionModel
-    from reflect_trl.rollout import PolicyActor, RolloutEngine
-
-    model, tokenizer = cache.get(configuration.policy)
+    """Episodes of one configuration on ``tasks`` (batches of ``settings.batch_size``, lock-step)."""
     greedy = decoding == "greedy"
-    actor = PolicyActor(model, tokenizer, OptionHead(tokenizer), temperature=1.0, greedy=greedy)
+    labels = policy_labels(settings, configuration)
+    actor: Actor
+    if configuration.policy in SCRIPTED_POLICIES:
+        actor = scripted_actor(configuration.policy, labels)
+    else:
+        model, tokenizer = cache.get(configuration.policy)
+        actor = PolicyActor(model, tokenizer, OptionHead(tokenizer, labels), temperature=1.0, greedy=greedy)
     reflection = None
     if configuration.reflection:
         r_model, r_tok = cache.get(configuration.reflection)
@@ -300,6 +290,7 @@ def evaluate(
         raise ValueError(f"configuration names must be unique, got {names}")
     for conf in configurations:
         conf.check_models()
+        policy_labels(settings, conf)  # labels that disagree with a policy's fail before any episode
     stage_tasks: dict[str, tuple[list[Task], list[int]]] = {}
     if settings.stages:  # asked for by name: a stage without held-out tasks is an error
         stage_tasks = {stage: eval_tasks(settings, stage) for stage in settings.stages}
@@ -320,10 +311,7 @@ def evaluate(
             for decoding in decodings:
                 torch.manual_seed(derive_seed(settings.seed, stage, decoding))
                 start = time.perf_counter()
-                if conf.policy in SCRIPTED_POLICIES:
-                    episodes = run_scripted(settings, conf.policy, tasks, seeds)
-                else:
-                    episodes = run_model_policy(settings, conf, decoding, tasks, seeds, cache)
+                episodes = run_configuration(settings, conf, decoding, tasks, seeds, cache)
                 result = EvalResult.from_episodes(
                     conf.name, stage, decoding, episodes, time.perf_counter() - start
                 )
@@ -358,25 +346,33 @@ def _configurations_from(raw: Any, source: str) -> list[EvalConfiguration]:
     return out
 
 
-def eval_cli(argv: Sequence[str] | None = None) -> EvalReport:
-    """``reflect-trl eval --config eval.yaml`` or ``--policy DIR [--reflection DIR]`` (flags override the YAML)."""
-    import yaml
-
+def eval_parser() -> argparse.ArgumentParser:
+    """The command line of ``reflect-trl eval``."""
     parser = argparse.ArgumentParser(prog="reflect-trl eval", description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="YAML with settings and a 'configurations' list")
     parser.add_argument("--policy", help="add one configuration: policy path/hub id, or oracle/random")
     parser.add_argument("--reflection", help="reflection model of that configuration")
     parser.add_argument("--name", help="name of that configuration")
     parser.add_argument("--output_dir", default=None)
-    for f in ("env_name", "split", "device"):
+    for f in ("env_name", "split", "device", "option_labels"):
         parser.add_argument(f"--{f}", default=None)
     for f in ("episodes_per_stage", "seed", "batch_size", "reflection_max_new_tokens"):
         parser.add_argument(f"--{f}", type=int, default=None)
     parser.add_argument("--reflection_temperature", type=float, default=None)
     parser.add_argument("--stages", default=None, help="comma-separated stages")
     parser.add_argument("--decodings", default=None, help="comma-separated: greedy,sampled")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def parse_eval_args(
+    argv: Sequence[str] | None = None,
+) -> tuple[list[EvalConfiguration], EvalSettings, str]:
+    """(configurations, settings, output_dir) of an ``eval`` command line: the ``--config`` YAML, overridden by
+    the flags. Unknown YAML keys and an empty list of configurations are errors (``SystemExit``, as argparse)."""
+    import yaml
+
+    parser = eval_parser()
+    args = parser.parse_args(argv)
     raw: dict[str, Any] = {}
     if args.config:
         raw = yaml.safe_load(Path(args.config).read_text()) or {}
@@ -390,6 +386,7 @@ def eval_cli(argv: Sequence[str] | None = None) -> EvalReport:
         "env_name",
         "split",
         "device",
+        "option_labels",
         "episodes_per_stage",
         "seed",
         "batch_size",
@@ -412,7 +409,17 @@ def eval_cli(argv: Sequence[str] | None = None) -> EvalReport:
     unknown = sorted(set(raw) - known)
     if unknown:
         parser.error(f"{source}: unknown setting(s) {unknown}; known: {sorted(known)}")
-    report = evaluate(configurations, EvalSettings(**raw))
+    try:
+        settings = EvalSettings(**raw)
+    except ValueError as err:
+        parser.error(f"{source}: {err}")
+    return configurations, settings, str(output_dir)
+
+
+def eval_cli(argv: Sequence[str] | None = None) -> EvalReport:
+    """``reflect-trl eval --config eval.yaml`` or ``--policy DIR [--reflection DIR]`` (flags override the YAML)."""
+    configurations, settings, output_dir = parse_eval_args(argv)
+    report = evaluate(configurations, settings)
     paths = report.write(output_dir)
     print(report.markdown())
     print(

@@ -18,10 +18,12 @@ reflection's prompt tokens, and SFT/RL/eval all see byte-identical text.
 
 from __future__ import annotations
 
+import json
 import random
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 #: Generation of a reflection stops on this marker (it is also the end of every reflection target).
 STOP_MARKER = "<end>"
@@ -31,6 +33,76 @@ ACTION_CUE = "# Action:\n"
 
 #: Default option labels: single characters, single tokens in byte-level BPE and SentencePiece vocabularies.
 DEFAULT_LABELS: tuple[str, ...] = tuple(string.ascii_uppercase + string.ascii_lowercase + string.digits)
+
+
+#: Written next to a trained policy (and next to generated data): the option labels it was trained with, so that
+#: data, SFT, RL, evaluation and the demo all read one setting.
+LABELS_FILE = "reflect_trl_labels.json"
+
+
+def parse_option_labels(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """Option labels from a config value: a JSON/YAML list (``["1", "2"]``), a comma-separated string
+    (``"1,2,3"``), or a string of single-character labels (``"ABCDEF"``). None/empty -> None (the default labels)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"option_labels {value!r} is not a valid JSON list ({err.msg})") from None
+        elif "," in text:
+            value = [part.strip() for part in text.split(",")]
+        else:
+            value = list(text)
+    labels = tuple(str(v) for v in value)
+    if not labels or any(not label or label != label.strip() for label in labels):
+        raise ValueError(f"option_labels {value!r}: every label must be a non-empty string without spaces")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"option_labels {value!r}: labels must be distinct")
+    return labels
+
+
+def write_option_labels(directory: str | Path, labels: Sequence[str]) -> Path:
+    """Record the option labels a model (or a data set) was made with in ``directory/LABELS_FILE``."""
+    path = Path(directory) / LABELS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"option_labels": list(labels)}) + "\n")
+    return path
+
+
+def read_option_labels(directory: str | Path | None) -> tuple[str, ...] | None:
+    """The labels recorded in ``directory`` (a local model or data directory), or None when none are recorded."""
+    if directory is None:
+        return None
+    path = Path(directory) / LABELS_FILE
+    if not path.is_file():
+        return None
+    try:
+        return parse_option_labels(json.loads(path.read_text())["option_labels"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: cannot read the recorded option labels ({err})") from None
+
+
+def resolve_option_labels(
+    configured: str | Sequence[str] | None, recorded_in: str | Path | None = None, what: str = "the policy"
+) -> tuple[str, ...]:
+    """The labels to use: the configured ones, else those recorded with ``recorded_in``, else the defaults.
+
+    A configured value that disagrees with the recorded one is an error (the model would be asked for tokens it
+    was never trained to emit)."""
+    labels = parse_option_labels(configured)
+    recorded = read_option_labels(recorded_in) if recorded_in is not None else None
+    if labels is not None and recorded is not None and labels != recorded:
+        raise ValueError(
+            f"option_labels {''.join(labels) if all(len(x) == 1 for x in labels) else list(labels)!r} differ from "
+            f"the labels {list(recorded)!r} that {what} was trained with ({Path(recorded_in) / LABELS_FILE}); "
+            "drop the option_labels setting or retrain"
+        )
+    return labels or recorded or DEFAULT_LABELS
 
 
 @dataclass(frozen=True)

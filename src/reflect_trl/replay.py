@@ -18,7 +18,7 @@ from typing import Any
 @dataclass(frozen=True)
 class ReplayTurn:
     prompt_ids: tuple[int, ...]
-    label_token: int
+    option: int  # position of the chosen option in the prompt
     num_options: int
     return_to_go: float
 
@@ -53,7 +53,7 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.turns = deque(
             (
-                ReplayTurn(tuple(t["prompt_ids"]), t["label_token"], t["num_options"], t["return_to_go"])
+                ReplayTurn(tuple(t["prompt_ids"]), t["option"], t["num_options"], t["return_to_go"])
                 for t in state["turns"]
             ),
             maxlen=self.capacity,

@@ -15,30 +15,38 @@ recomputed for them.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
-from reflect_trl.envs import Task, TextEnv, make_env
-from reflect_trl.prompts import build_prompt, encode_prompts, options_block, reflection_prompt, with_stop
-from reflect_trl.reflection.model import (
+from reflect_trl.batching import (
     DEFAULT_SHARED_PREFIX_MIN_TOKENS,
-    ReflectionModel,
     left_pad,
     position_ids_from_mask,
     prefix_kv_cache,
     prefix_layout,
     shared_prefix_length,
 )
+from reflect_trl.envs import Task, TextEnv, make_env
+from reflect_trl.prompts import (
+    PolicyPrompt,
+    build_prompt,
+    encode_prompts,
+    options_block,
+    reflection_prompt,
+    with_stop,
+)
+from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.seeding import derive_seed
 
-# ``left_pad`` and ``position_ids_from_mask`` live in reflect_trl.reflection.model and stay importable from here.
+# ``left_pad``, ``position_ids_from_mask`` (reflect_trl.batching) and ``derive_seed`` (reflect_trl.seeding) stay
+# importable from here.
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +73,8 @@ class Turn:
     reflection_tokens: int = 0
     reflection_stopped: bool = True
     label_token: int = -1
+    #: ``env.state_key()`` before the action (recorded when the engine is asked to, e.g. for gigpo)
+    state_key: Hashable | None = None
 
     @property
     def action_text(self) -> str:
@@ -116,10 +126,33 @@ class Episode:
         }
 
 
-def derive_seed(*parts: Any) -> int:
-    """A stable 31-bit seed from its parts (for option shuffling and episode seeds)."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+@dataclass(frozen=True)
+class LiveEpisode:
+    """One live episode at the current turn, as the engine hands it to the actor: its environment (before the
+    action), the episode so far and this turn's policy prompt. Model actors ignore it; scripted actors
+    (:mod:`reflect_trl.scripted_actors`: the oracle and random policies of evaluation) choose from it."""
+
+    env: TextEnv
+    episode: Episode
+    prompt: PolicyPrompt
+
+
+class Actor(Protocol):
+    """What the engine needs from the player that chooses the actions: ``tokenizer`` (None for an actor that reads
+    no token ids: the engine then skips tokenizing the policy prompts), the option ``labels`` shown in the prompts,
+    and ``act`` (one option per live episode, with log-probs, entropies and optional values)."""
+
+    tokenizer: Any
+
+    @property
+    def labels(self) -> tuple[str, ...]: ...
+
+    def act(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        num_options: Sequence[int],
+        live: Sequence[LiveEpisode] | None = None,
+    ) -> tuple[list[int], list[float], list[float], list[float] | None]: ...
 
 
 class PolicyActor:
@@ -152,6 +185,11 @@ class PolicyActor:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The option labels the head scores (the engine shows exactly these in the prompts)."""
+        return self.option_head.labels
 
     def _last_position_outputs(self, prompt_ids: Sequence[Sequence[int]], want_hidden: bool):
         """One forward over the batch keeping only the last position (shared prefix encoded once)."""
@@ -188,9 +226,13 @@ class PolicyActor:
 
     @torch.no_grad()
     def act(
-        self, prompt_ids: Sequence[Sequence[int]], num_options: Sequence[int]
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        num_options: Sequence[int],
+        live: Sequence[LiveEpisode] | None = None,
     ) -> tuple[list[int], list[float], list[float], list[float] | None]:
-        """Choose one option per prompt. Returns (options, log-probs, entropies, values or None)."""
+        """Choose one option per prompt (``live`` is not needed here). Returns (options, log-probs, entropies,
+        values or None)."""
         want_hidden = self.value_fn is not None
         out = self._last_position_outputs(prompt_ids, want_hidden)
         label_ids = self.option_head.label_ids.to(out.logits.device)
@@ -225,11 +267,12 @@ class RolloutEngine:
     def __init__(
         self,
         env_name: str,
-        policy: PolicyActor,
+        policy: Actor,
         reflection: ReflectionModel | None = None,
         env_kwargs: dict[str, Any] | None = None,
         shuffle_options: bool = False,
         max_prompt_length: int | None = None,
+        record_state_keys: bool = False,
     ) -> None:
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
@@ -237,16 +280,26 @@ class RolloutEngine:
         self.reflection = reflection
         self.shuffle_options = shuffle_options
         self.max_prompt_length = max_prompt_length
+        self.record_state_keys = record_state_keys
         self.tokenizer = policy.tokenizer
         self._envs: list[TextEnv] = []
         self._concat_ok: bool | None = None
         # The reflection prompt's ids can be reused only when both players share one vocabulary.
-        self._shared_vocab = reflection is not None and (
-            reflection.tokenizer is self.tokenizer
-            or reflection.tokenizer.get_vocab() == self.tokenizer.get_vocab()
+        self._shared_vocab = (
+            reflection is not None
+            and self.tokenizer is not None
+            and (
+                reflection.tokenizer is self.tokenizer
+                or reflection.tokenizer.get_vocab() == self.tokenizer.get_vocab()
+            )
         )
         self.timings = RolloutTimings()
         self.truncated_prompts = 0
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The option labels shown in the prompts: always the ones the policy's head scores."""
+        return self.policy.labels
 
     def _env(self, i: int) -> TextEnv:
         while len(self._envs) <= i:
@@ -265,6 +318,8 @@ class RolloutEngine:
         self, heads: list[list[int]] | None, suffixes: list[str], full: list[str]
     ) -> list[list[int]]:
         """Token ids of the policy prompts, reusing the reflection prompt's ids when that is exact."""
+        if self.tokenizer is None:  # an actor that reads no token ids
+            return [[] for _ in full]
         if heads is None or not full:
             ids = self._tokenize(full)
         else:
@@ -323,7 +378,9 @@ class RolloutEngine:
             for k, i in enumerate(live):
                 obs = observations[i]
                 shuffle_seed = derive_seed(episodes[i].seed, step) if self.shuffle_options else None
-                prompt = build_prompt(obs.text, obs.actions, reflections[k], shuffle_seed=shuffle_seed)
+                prompt = build_prompt(
+                    obs.text, obs.actions, reflections[k], labels=self.labels, shuffle_seed=shuffle_seed
+                )
                 prompts.append(prompt)
                 if reflections[k] is not None:
                     suffixes.append(
@@ -335,11 +392,15 @@ class RolloutEngine:
             self.timings.tokenize_s += time.perf_counter() - t0
             # 3. one forward of the policy
             t0 = time.perf_counter()
-            options, logps, entropies, values = self.policy.act(ids, [p.num_options for p in prompts])
+            views = [LiveEpisode(self._env(i), episodes[i], prompts[k]) for k, i in enumerate(live)]
+            options, logps, entropies, values = self.policy.act(
+                ids, [p.num_options for p in prompts], live=views
+            )
             self.timings.policy_s += time.perf_counter() - t0
             # 4. step the environments
             t0 = time.perf_counter()
-            label_ids = self.policy.option_head.label_ids.tolist()
+            head = getattr(self.policy, "option_head", None)
+            label_ids = head.label_ids.tolist() if head is not None else None
             still_live = []
             for k, i in enumerate(live):
                 obs, prompt = observations[i], prompts[k]
@@ -356,11 +417,13 @@ class RolloutEngine:
                     logprob=logps[k],
                     entropy=entropies[k],
                     value=None if values is None else values[k],
-                    label_token=label_ids[options[k]],
+                    label_token=label_ids[options[k]] if label_ids is not None else -1,
                 )
                 if self.reflection is not None:
                     turn.reflection_tokens = batch.num_tokens[k]
                     turn.reflection_stopped = batch.stopped[k]
+                if self.record_state_keys:
+                    turn.state_key = self._env(i).state_key()
                 next_obs, reward, terminated, truncated, info = self._env(i).step(action_index)
                 turn.reward = float(reward)
                 episodes[i].turns.append(turn)

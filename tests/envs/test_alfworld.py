@@ -214,3 +214,142 @@ def test_clone_replays_expert_state_and_random_policy_is_reproducible(data_dir):
     assert twin.won or twin.t == twin.horizon
     assert (env.observation, env.commands) == snapshot and not env.done
     env.close(), twin.close()
+
+
+# -- state key (gigpo step groups) ------------------------------------------------------------------------------
+def walk(env: ALFWorldEnv, task, commands: list[str], seed: int | None = None):
+    """Reset, run ``commands`` (by text), return the state key."""
+    env.reset(task=task, seed=seed)
+    for command in commands:
+        assert command in env.observation.actions, (command, env.observation.actions)
+        env.step(env.observation.actions.index(command))
+    return env.state_key()
+
+
+@pytest.mark.alfworld
+def test_state_key_merges_routes_and_separates_world_states(data_dir):
+    env = ALFWorldEnv(data_dir=str(data_dir))
+    task = env.make_tasks("train", 1, seed=0)[0]
+    at_counter = walk(env, task, ["go to countertop 1"])
+    hash(at_counter)
+    # The engine keeps "not_atlocation(agent, microwave)" after a visit there: history, not state.
+    assert walk(env, task, ["go to microwave 1", "go to countertop 1"]) == at_counter
+    # "look" sets the inert "checked(countertop)"; the episode seed only varies wording.
+    assert (
+        walk(env, task, ["go to countertop 1", "look", "go to fridge 1", "go to countertop 1"], seed=9)
+        == at_counter
+    )
+    assert "checked" in {f.name for f in env.state["_facts"]}
+    assert walk(env, task, []) != at_counter
+    holding = walk(env, task, ["go to countertop 1", "take tomato 1 from countertop 1"])
+    assert holding != at_counter  # the tomato in hand, not on the counter
+    assert (
+        walk(env, task, ["go to countertop 1", "take tomato 1 from countertop 1", "go to microwave 1"])
+        != holding
+    )
+    assert (
+        walk(
+            env,
+            task,
+            [
+                "go to countertop 1",
+                "take tomato 1 from countertop 1",
+                "go to microwave 1",
+                "go to countertop 1",
+            ],
+        )
+        == holding
+    )
+    opened = walk(env, task, ["go to microwave 1", "open microwave 1"])
+    assert opened != walk(env, task, ["go to microwave 1"])
+    assert walk(env, task, ["go to microwave 1", "open microwave 1", "close microwave 1"]) == walk(
+        env, task, ["go to microwave 1"]
+    )
+    assert env.clone().state_key() == env.state_key()
+    other = ALFWorldEnv(data_dir=str(data_dir))
+    assert walk(other, task, ["go to countertop 1"], seed=1) == at_counter
+    env.close(), other.close()
+
+
+@pytest.mark.alfworld
+def test_checked_is_inert_in_the_alfred_domain():
+    """``checked`` is left out of the state key because nothing reads it: guard that for the installed ALFWorld."""
+    import re
+
+    import alfworld
+
+    data = Path(alfworld.__file__).parent / "data"
+    domain = (data / "alfred.pddl").read_text()
+    domain = re.sub(r";[^\n]*", "", domain)  # comments
+    actions = domain.split("(:action")[1:]
+    assert actions and any("(checked" in a for a in actions)
+    for action in actions:
+        assert "(checked" not in action.split(":effect", 1)[0], action.split()[0]  # never a precondition
+    assert "checked" not in (data / "alfred.twl2").read_text()  # never in a text
+    assert "checked" not in (SCENE / "problem.pddl").read_text()  # nor in the goal
+
+
+# -- a pinned task panel ----------------------------------------------------------------------------------------
+@pytest.mark.alfworld
+def test_game_list_pins_the_panel_in_order(data_dir, tmp_path):
+    train_game = data_dir / "json_2.1.1" / "train" / TASK_DIR / TRIAL / "game.tw-pddl"
+    panel = tmp_path / "panel.txt"
+    panel.write_text(
+        "# my evaluation panel\n\n"
+        f"json_2.1.1/valid_seen/{TASK_DIR}/{TRIAL}\n"  # a trial folder, relative to data_dir
+        f"  {train_game}  \n"  # an absolute game file
+    )
+    env = ALFWorldEnv(data_dir=str(data_dir), game_list=str(panel), objects=["Apple"])  # filters do not apply
+    for seed in range(3):  # listed order, whatever the seed
+        tasks = env.make_tasks("test", 3, seed=seed)
+        assert [t.data["game"] for t in tasks] == [
+            f"json_2.1.1/valid_seen/{TASK_DIR}/{TRIAL}/game.tw-pddl",
+            f"json_2.1.1/train/{TASK_DIR}/{TRIAL}/game.tw-pddl",
+            f"json_2.1.1/valid_seen/{TASK_DIR}/{TRIAL}/game.tw-pddl",
+        ]
+    commands, total, info = solve(env, tasks[0])
+    assert info["success"] and total == pytest.approx(1.0)
+    env.close()
+    # Only for the test split: train is scanned (and filtered) as usual; valid_unseen need not exist.
+    per_split = ALFWorldEnv(data_dir=str(data_dir), game_list={"test": str(panel)})
+    assert len(per_split.make_tasks("test", 2)) == 2 and per_split.make_tasks("train", 1)
+    assert per_split.card()["settings"]["game_list"] == {"test": str(panel)}
+
+
+@pytest.mark.alfworld
+def test_game_list_errors_name_the_file_and_line(data_dir, tmp_path):
+    panel = tmp_path / "panel.txt"
+    panel.write_text(f"# header\njson_2.1.1/train/{TASK_DIR}/{TRIAL}\njson_2.1.1/train/nothing/here\n")
+    with pytest.raises(
+        ALFWorldDataError, match=f"game_list {panel}, line 3: 'json_2.1.1/train/nothing/here'"
+    ):
+        ALFWorldEnv(data_dir=str(data_dir), game_list=str(panel)).make_tasks("test", 1)
+    with pytest.raises(
+        FileNotFoundError, match="game_list for split 'test': file .*absent.txt does not exist"
+    ):
+        ALFWorldEnv(data_dir=str(data_dir), game_list={"test": str(tmp_path / "absent.txt")})
+    with pytest.raises(ValueError, match="game_list names unknown split"):
+        ALFWorldEnv(data_dir=str(data_dir), game_list={"dev": str(panel)})
+    panel.write_text("# nothing but comments\n\n")
+    with pytest.raises(ALFWorldDataError, match="lists no game"):
+        ALFWorldEnv(data_dir=str(data_dir), game_list=str(panel)).make_tasks("train", 1)
+
+
+@pytest.mark.alfworld
+def test_game_list_needs_no_data_dir_when_it_covers_every_split(data_dir, tmp_path):
+    panel = tmp_path / "panel.txt"
+    panel.write_text(f"{data_dir / 'json_2.1.1' / 'train' / TASK_DIR / TRIAL / 'game.tw-pddl'}\n")
+    env = ALFWorldEnv(data_dir=str(tmp_path / "no-data-here"), game_list=str(panel))
+    (task,) = env.make_tasks("validation", 1)
+    assert Path(task.data["game"]).is_absolute()
+    env.reset(task=task)
+    env.close()
+
+
+def test_engine_versions_are_reported():
+    from importlib.metadata import version
+
+    versions = ALFWorldEnv.engine_versions()
+    assert set(versions) == {"alfworld", "textworld"}
+    for name, value in versions.items():
+        assert value == version(name)

@@ -498,3 +498,67 @@ def test_envs_step_side_by_side_in_threads(env):
         thread.join()
     assert not errors
     assert results == expected
+
+
+# -- state key (gigpo step groups) ----------------------------------------------------------------------------
+def walk(env: AutoExploreEnv, task: Task, commands: list[str], seed: int | None = None) -> tuple:
+    """Reset, run ``commands`` (by text) and return the state key."""
+    env.reset(task=task, seed=seed)
+    for command in commands:
+        env.step(env.observation.actions.index(command))
+    return env.state_key()
+
+
+def test_state_key_merges_routes_and_separates_futures(env, repo_root):
+    task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/storage/db/schema.py"])
+    key = walk(env, task, ["cd coffee"])
+    hash(key)
+    direct = env.observation.text
+    assert walk(env, task, ["cd coffee", "cd ..", "cd coffee"]) == key
+    assert walk(env, task, ["cd coffee", "cd storage", "cd .."]) == key
+    assert (
+        "Executing: cd ..\n" in env.observation.text and "Executing: cd ..\n" not in direct
+    )  # not in the key
+    assert walk(env, task, ["cd docs", "cd ..", "cd coffee"]) == key
+    assert walk(env, task, []) != key  # another directory
+    # A file already opened is no longer offered (filter_catted): a different future, a different key ...
+    opened = walk(env, task, ["cd coffee", "cat menu.py"])
+    assert opened != key and "cat menu.py" not in env.observation.actions
+    assert walk(env, task, ["cat README.md", "cd coffee", "cat menu.py"]) != opened
+    assert walk(env, task, ["cd coffee", "cat menu.py", "cd payments", "cd .."]) == opened
+    # ... but without the filter, opening a file changes neither options nor rewards: same key.
+    unfiltered = AutoExploreEnv(roots=[str(repo_root)], filter_catted=False)
+    assert walk(unfiltered, task, ["cd coffee", "cat menu.py"]) == walk(unfiltered, task, ["cd coffee"])
+    # Another task in the same directory is another state.
+    other = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/menu.py"])
+    assert walk(env, other, ["cd coffee"]) != key
+    # The end of the episode: which file was identified.
+    assert walk(env, other, ["cd coffee", "id menu.py"]) != walk(env, other, ["cd coffee", "id orders.py"])
+
+
+def test_state_key_is_stable_across_clones_instances_and_pickle(env, repo_root):
+    import pickle
+
+    task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/storage/db/schema.py"])
+    key = walk(env, task, ["cd coffee", "cat menu.py"])
+    assert env.clone().state_key() == key and pickle.loads(pickle.dumps(env)).state_key() == key
+    fresh = AutoExploreEnv(roots=[str(repo_root)])
+    assert (
+        walk(fresh, task, ["cd coffee", "cat menu.py"], seed=123) == key
+    )  # no leave-out: the seed is irrelevant
+    with pytest.raises(RuntimeError, match="before reset"):
+        AutoExploreEnv(roots=[str(repo_root)]).state_key()
+
+
+def test_state_key_separates_leave_out_seeds(repo_root):
+    env = AutoExploreEnv(roots=[str(repo_root)], leaveout_prob=0.6)
+    task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/storage/db/schema.py"])
+    views = {}
+    for seed in range(6):
+        env.reset(task=task, seed=seed)
+        views[seed] = (env.observation.actions, env.state_key())
+    assert len({actions for actions, _ in views.values()}) > 1  # the seeds hide different entries ...
+    assert len({key for _, key in views.values()}) == 6  # ... so every seed is its own state
+    other = AutoExploreEnv(roots=[str(repo_root)], leaveout_prob=0.6)
+    assert walk(other, task, [], seed=3) == views[3][1]  # same task and seed, another instance: same key
+    assert walk(env, task, ["cd coffee", "cd .."], seed=3) == views[3][1]

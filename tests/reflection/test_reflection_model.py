@@ -127,6 +127,37 @@ def test_model_is_frozen_and_in_eval_mode(tiny_model_dir):
     assert reflection.generate([]).texts == []
 
 
+def test_a_model_in_training_is_left_as_it_is(tiny_model_dir):
+    """freeze=False (SFT's reflection metrics): mode, gradients and padding side untouched; no inference tensors."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.padding_side = "right"
+    seen = {}
+
+    def spy(module, args, kwargs, output):
+        seen["inference_mode"] = torch.is_inference_mode_enabled()
+        seen["grad"] = torch.is_grad_enabled()
+
+    model.register_forward_hook(spy, with_kwargs=True)
+    reflection = ReflectionModel(model, tok, max_new_tokens=3, temperature=0.0, freeze=False)
+    assert model.training and all(p.requires_grad for p in model.parameters()) and tok.padding_side == "right"
+    batch = reflection.generate(PROMPTS[:2])
+    assert len(batch.texts) == 2 and seen == {"inference_mode": False, "grad": False}
+    ReflectionModel(model, tok, max_new_tokens=3).generate(PROMPTS[:1])  # frozen: inference mode
+    assert seen["inference_mode"] is True
+
+
+def test_synced_gpus_takes_the_plain_generate_path(tiny):
+    _, tok = tiny
+    fake = FakeGenerator([_ids(tok, "go east") + [tok.convert_tokens_to_ids(STOP_MARKER)]] * 3)
+    reflection = ReflectionModel(fake, tok, max_new_tokens=8, synced_gpus=True)
+    assert reflection.shared_prefix_min_tokens == 0 and reflection.cache_implementation == "dynamic"
+    assert reflection.generate(PROMPTS).texts == ["go east"] * 3
+    assert fake.kwargs["synced_gpus"] is True and "cache" not in fake.kwargs
+
+
 def test_real_generate_respects_budget_and_is_seeded(tiny):
     model, tok = tiny
     reflection = ReflectionModel(model, tok, max_new_tokens=6, temperature=1.0)

@@ -22,6 +22,7 @@ if __name__ == "__main__":
         "checksum": checksum,
         "stage": trainer.curriculum.stage,
         "steps": trainer.state.global_step,
+        "process_group_torn_down": not torch.distributed.is_initialized(),  # run_rl tears it down
+        "logged_keys": sorted(set().union(*(h.keys() for h in trainer.state.log_history))),
     }
     (Path(trainer.args.output_dir) / f"rank{rank}.json").write_text(json.dumps(record) + "\n")
-    torch.distributed.is_initialized()  # the process group was torn down by run_rl

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 from reflect_trl.envs import make_env
 from reflect_trl.models import load_causal_lm, load_tokenizer
@@ -52,7 +51,7 @@ def _metric_series(history, key):
     return [round(h[key], 6) for h in history if key in h]
 
 
-@pytest.mark.parametrize("estimator", ["reinforce", "rloo", "gae"])
+@pytest.mark.parametrize("estimator", ["reinforce", "rloo", "gae", "gigpo"])
 def test_training_runs_and_logs_env_metrics(tiny_model_dir, tmp_path, estimator):
     trainer = _trainer(tiny_model_dir, tmp_path, advantage_estimator=estimator, max_steps=3)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
@@ -68,11 +67,13 @@ def test_training_runs_and_logs_env_metrics(tiny_model_dir, tmp_path, estimator)
         "rollout/reflection_stop_rate",
         "rollout/reflection_tokens",
         "curriculum/stage",
-        "clip_ratio/region_mean",
+        "clip_fraction",
+        "approx_kl",
+        "policy_loss",
     ):
         assert key in keys, key
     if estimator == "gae":
-        assert "value_loss" in keys
+        assert "value_loss" in keys and "explained_variance" in keys
         assert (tmp_path / "episodes").is_dir()
     changed = [
         n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])
@@ -90,18 +91,13 @@ def test_without_reflection_uses_plain_prompts(tiny_model_dir, tmp_path):
 def test_ratio_is_exactly_one_on_first_epoch(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, num_iterations=2)
     trainer.model.train()
-    batch = trainer._generate_and_score_completions([{}] * 8)
-    # what GRPOTrainer._prepare_inputs does with a generation batch
-    chunk = split_tensor_dict(shuffle_sequence_dict(batch), trainer.args.steps_per_generation)[0]
-    trainer._batch_num_options = chunk["num_options"]
-    ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], 1)
-    mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], 1)
-    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(
-        trainer.model, ids, mask, 1, compute_entropy=True
+    chunk = trainer._prepare_inputs([{}] * 8)  # GRPO's buffering: generate, shuffle, split
+    scores = trainer._score_options(
+        trainer.model, chunk["prompt_ids"], chunk["prompt_mask"], chunk["num_options"], chunk["option"]
     )
-    ratio = torch.exp(logps - chunk["old_per_token_logps"])
+    ratio = torch.exp(scores.logp - chunk["old_logps"])
     assert torch.equal(ratio, torch.ones_like(ratio))
-    assert torch.all(entropy >= 0)
+    assert torch.all(scores.entropy >= 0)
 
 
 def test_restricted_logps_match_rollout_sampling(tiny_model_dir, tmp_path):
@@ -138,7 +134,7 @@ def test_replay_buffer_fills_only_with_successes(tiny_model_dir, tmp_path):
     first = len(trainer.replay)
     assert first >= 1
     batch = trainer._generate_and_score_completions([{}] * 8)
-    assert (batch["value_mask"] == 0).sum().item() == 4  # four replayed turns joined the batch
+    assert ((batch["value_mask"] == 0) & (batch["turn_mask"] == 1)).sum().item() == 4  # four replayed turns
     replayed = batch["advantages"][batch["value_mask"] == 0]
     assert torch.allclose(replayed, torch.full_like(replayed, trainer.args.replay_weight))
 
@@ -178,7 +174,7 @@ def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator
     want = [h for h in expected if h["step"] > 2]
     assert len(got) == len(want) == 2
     for g, w in zip(got, want, strict=True):
-        for key in ("loss", "env/success_rate", "env/return", "entropy", "curriculum/stage"):
+        for key in ("loss", "env/success_rate", "env/return", "entropy", "approx_kl", "curriculum/stage"):
             if key in w:
                 assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6), (key, g, w)
 
@@ -226,3 +222,50 @@ def test_rl_learns_a_simple_environment(tiny_llama_dir, tmp_path, monkeypatch):
     success = _metric_series(trainer.state.log_history, "env/success_rate")
     first, last = sum(success[:10]) / 10, sum(success[-10:]) / 10
     assert last >= first + 0.25 and last >= 0.7, (first, last)
+
+
+def test_checkpoint_model_card_cites_reflect_rl(tiny_model_dir, tmp_path):
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, reflection=False, max_steps=3, save_strategy="steps", save_steps=3
+    )
+    trainer.train()
+    assert (tmp_path / "checkpoint-3").is_dir()
+    card = (tmp_path / "README.md").read_text()  # written by the checkpoint save
+    assert "2402.12621" in card and "Reflect-RL" in card
+    assert "2402.03300" not in card  # not GRPO's DeepSeekMath citation
+
+
+def test_option_labels_reach_the_prompts_and_the_head(tiny_model_dir, tmp_path):
+    """With option_labels '1,...,6' the rollout prompts show '1. move south' and the trained token is a digit."""
+    from reflect_trl.prompts import LABELS_FILE, read_option_labels
+
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, option_labels="1,2,3,4,5,6")
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([{}] * 8)
+    tok = trainer._tokenizer
+    real = batch["turn_mask"] > 0
+    for ids, mask, option in zip(
+        batch["prompt_ids"][real], batch["prompt_mask"][real], batch["option"][real], strict=True
+    ):
+        text = tok.decode(ids[mask.bool()])
+        block = text.split("# Options:\n")[1].split("# Action:")[0].splitlines()
+        assert [line.split(".")[0] for line in block] == ["1", "2", "3", "4", "5", "6"], block
+        label_token = trainer.option_head.label_ids[option].item()
+        assert tok.decode([label_token]) == str(option.item() + 1)
+    trainer.save_model(str(tmp_path / "final"))
+    assert read_option_labels(tmp_path / "final") == ("1", "2", "3", "4", "5", "6")
+    assert (tmp_path / "final" / LABELS_FILE).is_file()
+
+
+def test_labels_recorded_with_the_policy_are_used_and_checked(tiny_model_dir, tmp_path):
+    import shutil
+
+    from reflect_trl.prompts import write_option_labels
+
+    policy = tmp_path / "policy"
+    shutil.copytree(tiny_model_dir, policy)
+    write_option_labels(policy, "UVWXYZ")
+    trainer = _trainer(str(policy), tmp_path / "a", reflection=False)
+    assert trainer.option_head.labels == tuple("UVWXYZ")
+    with pytest.raises(ValueError, match="differ from the labels"):
+        _trainer(str(policy), tmp_path / "b", reflection=False, option_labels="ABCDEF")

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.distributed
-def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("estimator", ["gae", "gigpo"])
+def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator):
     out = tmp_path / "ddp"
     cmd = [
         sys.executable,
@@ -54,7 +55,7 @@ def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path):
         "--logging_steps",
         "1",
         "--advantage_estimator",
-        "gae",
+        estimator,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -64,3 +65,6 @@ def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path):
     assert records[0]["checksum"] == records[1]["checksum"]
     assert records[0]["stage"] == records[1]["stage"]
     assert records[0]["steps"] == records[1]["steps"] == 3
+    assert all(r["process_group_torn_down"] for r in records)
+    expected = {"gae": "explained_variance", "gigpo": "gigpo/grouped_turn_share"}[estimator]
+    assert expected in records[0]["logged_keys"], records[0]["logged_keys"]

@@ -6,24 +6,29 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import Dataset
 
 from _toy_env import LineWorldEnv, LineWorldReflector, toy_prompts
 from reflect_trl.data_builder import DataBuilderConfig, build_datasets
 from reflect_trl.datasets_io import DatasetFormatError
-from reflect_trl.prompts import STOP_MARKER
+from reflect_trl.prompts import (
+    DEFAULT_LABELS,
+    clean_reflection,
+    label_token_ids,
+    read_option_labels,
+    write_option_labels,
+)
+from reflect_trl.reflection.model import ReflectionBatch, ReflectionModel
 from reflect_trl.tracking import configure_tracking
 from reflect_trl.trainers.sft import (
     CurriculumOrderedSampler,
     ReflectSFTConfig,
+    ReflectSFTScriptArguments,
     ReflectSFTTrainer,
-    _stop_position,
     count_options,
-    sft_parser,
-    spread_indices,
+    resolve_sft_labels,
 )
-
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +80,27 @@ def tokenizer_of(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
+@torch.no_grad()
+def option_metrics_one_by_one(model, tokenizer, dataset: Dataset) -> tuple[float, float]:
+    """(accuracy, mean NLL) of the oracle label, computed row by row without padding: the prompt's last-position
+    logits at the offered labels' tokens, softmax over them."""
+    correct, nll = 0, 0.0
+    for row in dataset:
+        ids = torch.tensor([tokenizer(row["prompt"])["input_ids"]])
+        logits = model(input_ids=ids).logits[0, -1]
+        offered = DEFAULT_LABELS[: row["num_options"]]
+        log_probs = torch.log_softmax(logits[label_token_ids(tokenizer, offered)].double(), dim=-1)
+        target = offered.index(row["completion"])
+        correct += int(log_probs.argmax()) == target
+        nll -= float(log_probs[target])
+    return correct / len(dataset), nll / len(dataset)
+
+
 def test_policy_sft_lowers_eval_loss_and_reports_option_accuracy(toy, tmp_path):
     data = toy["data"]["policy_reflect"]
     trainer = ReflectSFTTrainer(
         model=toy["model"],
-        args=sft_args(tmp_path),
+        args=sft_args(tmp_path, eval_num_policy_samples=10_000),  # every validation row
         train_dataset=data["train"],
         eval_dataset=data["validation"],
         processing_class=tokenizer_of(toy["model"]),
@@ -95,6 +116,72 @@ def test_policy_sft_lowers_eval_loss_and_reports_option_accuracy(toy, tmp_path):
     assert after["eval_option_nll"] < before["eval_option_nll"]
     # the metric also reaches the trainer's log history
     assert any("eval_option_accuracy" in entry for entry in trainer.state.log_history)
+    # the batched, left-padded metric equals the row-by-row computation
+    accuracy, nll = option_metrics_one_by_one(
+        trainer.model.eval(), tokenizer_of(toy["model"]), data["validation"]
+    )
+    assert accuracy > 0.0 and after["eval_option_accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    assert after["eval_option_nll"] == pytest.approx(nll, rel=1e-4)
+
+
+def test_reflection_metrics_score_known_generations(toy, tmp_path, monkeypatch):
+    """With the reflection model's generations fixed, every reflection metric is an exact, known fraction."""
+    rows = toy["data"]["reflection"]["validation"].select(range(6))
+    trainer = ReflectSFTTrainer(
+        model=toy["model"],
+        args=sft_args(
+            tmp_path, role="reflection", eval_num_reflection_samples=6, per_device_eval_batch_size=4
+        ),
+        train_dataset=toy["data"]["reflection"]["train"],
+        eval_dataset=rows,
+        processing_class=tokenizer_of(toy["model"]),
+    )
+    references = [clean_reflection(c) for c in rows["completion"]]
+    actions = rows["action_text"]
+    assert all(a in r for a, r in zip(actions, references, strict=True)), "the toy references name the action"
+    planned = [  # (generated text, generated tokens, stopped)
+        (f"I will {actions[0]} now", 5, True),  # names the action
+        (references[1], 7, True),  # exact match (names the action too)
+        ("zzz", 24, False),  # nothing, ran out of budget
+        (references[3], 9, False),  # names the action; not an exact match: it did not stop
+        ("", 1, True),  # stopped at once
+        (actions[5], 3, True),  # names the action
+    ]
+    seen: list[str] = []
+
+    def fake_generate(self, prompts, prompt_ids=None):
+        assert isinstance(self, ReflectionModel) and not self.freeze and self.max_new_tokens == 24
+        chunk = planned[len(seen) : len(seen) + len(prompts)]
+        seen.extend(prompts)
+        return ReflectionBatch(
+            [t for t, _, _ in chunk], [n for _, n, _ in chunk], [s for _, _, s in chunk], [[] for _ in chunk]
+        )
+
+    monkeypatch.setattr(ReflectionModel, "generate", fake_generate)
+    metrics = trainer.evaluate()
+    assert seen == list(rows["prompt"])
+    assert metrics["eval_reflection_samples"] == 6
+    assert metrics["eval_reflection_names_action"] == pytest.approx(4 / 6)
+    assert metrics["eval_reflection_exact_match"] == pytest.approx(1 / 6)
+    assert metrics["eval_stop_rate"] == pytest.approx(4 / 6)
+    assert metrics["eval_reflection_length"] == pytest.approx((5 + 7 + 24 + 9 + 1 + 3) / 6)
+
+
+def test_checkpoint_model_card_cites_reflect_rl_and_records_the_labels(toy, tmp_path):
+    trainer = ReflectSFTTrainer(
+        model=toy["model"],
+        args=sft_args(
+            tmp_path, max_steps=2, save_strategy="steps", save_steps=2, option_labels=DEFAULT_LABELS[:5]
+        ),
+        train_dataset=toy["data"]["policy_reflect"]["train"],
+        processing_class=tokenizer_of(toy["model"]),
+    )
+    trainer.train()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "2402.12621" in card and "Reflect-RL: Two-Player Online RL Fine-Tuning for LMs" in card
+    assert "@inproceedings{zhou2024reflectrl" in card and "Runlong Zhou" in card
+    assert "2402.03300" not in card and "DeepSeekMath" not in card
+    assert read_option_labels(tmp_path / "out" / "checkpoint-2") == DEFAULT_LABELS[:5]
 
 
 def test_reflection_sft_reports_stop_rate(toy, tmp_path):
@@ -205,6 +292,36 @@ def test_cpu_defaults_and_config_checks(tmp_path):
     with pytest.raises(ValueError, match="role must be one of"):
         ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True, role="critic")
     assert ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True, warmup_ratio=0.1).warmup_steps == 0.1
+    for value in ("1,2,3", ["1", "2", "3"], "123", '["1", "2", "3"]'):
+        assert ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True, option_labels=value).labels == (
+            "1",
+            "2",
+            "3",
+        )
+    with pytest.raises(ValueError, match="distinct"):
+        ReflectSFTConfig(output_dir=str(tmp_path), use_cpu=True, option_labels="ABA")
+
+
+def test_sft_labels_come_from_the_config_else_the_data_set_else_the_defaults(tmp_path):
+    data_dir = tmp_path / "data" / "toy"
+    (data_dir / "policy").mkdir(parents=True)
+    script_args = ReflectSFTScriptArguments(dataset_path=str(data_dir / "policy"))
+
+    def resolved(option_labels=None) -> tuple[str, ...]:
+        args = ReflectSFTConfig(output_dir=str(tmp_path / "out"), use_cpu=True, option_labels=option_labels)
+        labels = resolve_sft_labels(script_args, args)
+        assert args.labels == labels
+        return labels
+
+    assert resolved() == DEFAULT_LABELS  # nothing recorded
+    assert resolved("x,y") == ("x", "y")
+    write_option_labels(data_dir, ["1", "2", "3"])
+    assert resolved() == ("1", "2", "3")
+    assert resolved("123") == ("1", "2", "3")
+    with pytest.raises(ValueError, match="differ from the labels"):
+        resolved("ABC")
+    script_args.dataset_path = "org/hub-dataset"  # not local: nothing recorded
+    assert resolved("ABC") == ("A", "B", "C")
 
 
 def test_wandb_runs_offline_by_default(tmp_path, monkeypatch):
@@ -219,17 +336,9 @@ def test_wandb_runs_offline_by_default(tmp_path, monkeypatch):
     assert "WANDB_MODE" not in configure_tracking(["wandb"], tmp_path)
 
 
-def test_stop_position_and_helpers(toy):
-    tokenizer = tokenizer_of(toy["model"])
-    marker = tokenizer(STOP_MARKER, add_special_tokens=False)["input_ids"]
-    words = tokenizer("go right", add_special_tokens=False)["input_ids"]
-    pad = tokenizer.pad_token_id
-    assert _stop_position(tokenizer, [*words, *marker, pad, pad], marker) == (len(words) + 1, True)
-    assert _stop_position(tokenizer, [*words, tokenizer.eos_token_id, pad], marker) == (len(words) + 1, False)
-    assert _stop_position(tokenizer, words, marker) == (len(words), False)
+def test_count_options():
     assert count_options("s\n# Options:\nA. a\nB. b\nC. c\n# Action:\n") == 3
-    assert spread_indices(10, 3) == [0, 4, 9] or spread_indices(10, 3) == [0, 5, 9]
-    assert spread_indices(3, 10) == [0, 1, 2] and spread_indices(5, 0) == []
+    assert count_options("s\n# Action:\n") == 0
 
 
 def test_run_sft_cli_trains_saves_and_writes_metrics(toy, tmp_path):
@@ -254,12 +363,16 @@ def test_run_sft_cli_trains_saves_and_writes_metrics(toy, tmp_path):
     written = json.loads((out / "sft_metrics.json").read_text())
     assert written["role"] == "policy" and "eval_option_accuracy" in written and "eval_loss" in written
     assert written["train_rows"] == len(toy["data"]["policy_reflect"]["train"]) == metrics["train_rows"]
-
-
-@pytest.mark.parametrize("recipe", sorted(str(p.relative_to(RECIPES)) for p in RECIPES.glob("**/sft_*.yaml")))
-def test_recipes_parse(recipe):
-    script_args, training_args, model_args = sft_parser().parse_args_and_config(
-        ["--config", str(RECIPES / recipe), "--use_cpu", "--bf16", "false"]
+    # trainer.save_metrics / save_state
+    assert (
+        json.loads((out / "eval_results.json").read_text())["eval_option_accuracy"]
+        == written["eval_option_accuracy"]
     )
-    assert script_args.dataset_path and model_args.model_name_or_path
-    assert training_args.role in ("policy", "reflection")
+    assert json.loads((out / "train_results.json").read_text())["train_loss"] == written["train_loss"]
+    assert {"train_loss", "eval_loss"} <= set(json.loads((out / "all_results.json").read_text()))
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
+    # the labels recorded next to the data set travel to the policy
+    assert read_option_labels(data_file.parent) == DEFAULT_LABELS == read_option_labels(out)
+    with pytest.raises(ValueError, match="differ from the labels"):
+        run_sft_cli(["--model_name_or_path", toy["model"], "--dataset_path", str(data_file),
+                     "--output_dir", str(tmp_path / "bad"), "--option_labels", "12345", "--use_cpu"])  # fmt: skip

@@ -10,6 +10,9 @@ default filter is the Reflect-RL family: ``pick_and_place_simple`` with a tomato
   place), ``hard`` (two objects).
 * Oracle: ALFWorld's expert (``extra.expert_plan``), the hand-coded one by default (it explores, so it never
   uses knowledge the player lacks), or ``expert="planner"`` (Fast Downward's plan, ``policy_commands``).
+* A pinned task panel: ``game_list`` (a file of game paths, one per line) replaces the scan, for every split or for
+  the splits it is given for (see :func:`read_game_list`).
+* :meth:`ALFWorldEnv.engine_versions` / :meth:`ALFWorldEnv.card` report the ALFWorld and TextWorld versions.
 * The data location is checked before any engine is created: with no games the engine's reset never returns,
   so a missing data set raises :class:`ALFWorldDataError` at once.
 
@@ -32,6 +35,7 @@ from reflect_trl.envs.textgame import (
     MAX_OPTIONS,
     TextGameEnv,
     missing_extra_error,
+    package_version,
     require_textworld,
     squash,
 )
@@ -94,6 +98,81 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     return Path(data_dir or os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_DIR).expanduser()
 
 
+def _game_record(game_path: str, where: str) -> dict[str, str]:
+    """``game`` / ``task_type`` / ``object`` / ``receptacle`` of a game file, from its ``traj_data.json``."""
+    traj_path = os.path.join(os.path.dirname(game_path), TRAJ_FILE)
+    try:
+        with open(traj_path) as f:
+            traj = json.load(f)
+        task_type = str(traj["task_type"])
+        params = traj.get("pddl_params") or {}
+    except (OSError, ValueError, KeyError) as err:
+        raise ALFWorldDataError(f"alfworld: {where}: unreadable {traj_path}: {err}") from err
+    return {
+        "game": game_path,
+        "task_type": task_type,
+        "object": str(params.get("object_target", "")),
+        "receptacle": str(params.get("parent_target", "")),
+    }
+
+
+def _is_solvable(game_path: str, where: str) -> bool:
+    try:
+        with open(game_path) as f:
+            return bool(json.load(f).get("solvable"))
+    except (OSError, ValueError) as err:
+        raise ALFWorldDataError(f"alfworld: {where}: unreadable game file {game_path}: {err}") from err
+
+
+@lru_cache(maxsize=64)
+def _read_game_list(list_file: str, data_dir: str, _mtime_ns: int) -> tuple[dict[str, str], ...]:
+    games = []
+    with open(list_file) as f:
+        lines = f.read().splitlines()
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"game_list {list_file}, line {lineno}"
+        path = Path(line).expanduser()
+        path = path if path.is_absolute() else Path(data_dir) / path
+        if path.is_dir():
+            path = path / GAME_FILE
+        if not path.is_file() or not (path.parent / TRAJ_FILE).is_file():
+            raise ALFWorldDataError(
+                f"alfworld: {where}: {line!r} names no ALFWorld game ({path} and its {TRAJ_FILE} must exist); give "
+                f"a {GAME_FILE} file or its trial folder, absolute or relative to data_dir ({data_dir})"
+            )
+        record = _game_record(str(path), where)
+        if record["task_type"] not in TASK_TYPES:
+            raise ALFWorldDataError(
+                f"alfworld: {where}: {path.parent / TRAJ_FILE} has task_type {record['task_type']!r}; known: "
+                f"{list(TASK_TYPES)}"
+            )
+        if not _is_solvable(str(path), where):
+            raise ALFWorldDataError(
+                f"alfworld: {where}: {path} is marked unsolvable ('solvable' is not true)"
+            )
+        games.append(record)
+    if not games:
+        raise ALFWorldDataError(
+            f"alfworld: game_list {list_file} lists no game (one path per line, # comments)"
+        )
+    return tuple(games)
+
+
+def read_game_list(list_file: str | os.PathLike, data_dir: str | os.PathLike) -> tuple[dict[str, str], ...]:
+    """The games of a ``game_list`` file, in its order (cached per process until the file changes).
+
+    One game per line: a ``game.tw-pddl`` file or its trial folder, absolute or relative to ``data_dir``; blank
+    lines and lines starting with ``#`` are skipped. Every game must exist with its ``traj_data.json``, be of a
+    known task type and be solvable; errors name the file and line."""
+    path = Path(list_file).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"alfworld: game_list file {list_file} does not exist")
+    return _read_game_list(str(path.resolve()), str(Path(data_dir).expanduser()), path.stat().st_mtime_ns)
+
+
 def _norm(values: Sequence[str] | str | None) -> tuple[str, ...] | None:
     if values is None:
         return None
@@ -129,30 +208,17 @@ def _scan_games(
                 or (receptacles is not None and name_recep not in receptacles)
             ):
                 continue
-        try:
-            with open(os.path.join(root, TRAJ_FILE)) as f:
-                traj = json.load(f)
-            task_type = str(traj["task_type"])
-            params = traj.get("pddl_params") or {}
-            obj = str(params.get("object_target", ""))
-            recep = str(params.get("parent_target", ""))
-        except (OSError, ValueError, KeyError) as err:
-            raise ALFWorldDataError(f"alfworld: unreadable {os.path.join(root, TRAJ_FILE)}: {err}") from err
+        game_path = os.path.join(root, GAME_FILE)
+        record = _game_record(game_path, f"scanning {split_root}")
         if (
-            (task_types is not None and task_type.lower() not in task_types)
-            or (objects is not None and obj.lower() not in objects)
-            or (receptacles is not None and recep.lower() not in receptacles)
+            (task_types is not None and record["task_type"].lower() not in task_types)
+            or (objects is not None and record["object"].lower() not in objects)
+            or (receptacles is not None and record["receptacle"].lower() not in receptacles)
         ):
             continue
-        game_path = os.path.join(root, GAME_FILE)
-        try:
-            with open(game_path) as f:
-                solvable = json.load(f).get("solvable")
-        except (OSError, ValueError) as err:
-            raise ALFWorldDataError(f"alfworld: unreadable game file {game_path}: {err}") from err
-        if not solvable:
+        if not _is_solvable(game_path, f"scanning {split_root}"):
             continue
-        found.append({"game": game_path, "task_type": task_type, "object": obj, "receptacle": recep})
+        found.append(record)
     return tuple(sorted(found, key=lambda g: g["game"]))
 
 
@@ -217,12 +283,19 @@ class ALFWorldEnv(TextGameEnv):
     ``$ALFWORLD_DATA``), ``task_types`` (default ``["pick_and_place_simple"]``; None = all), ``objects``
     (default ``["Tomato"]``; None = any), ``receptacles`` (default ``["Microwave"]``; None = any), ``expert``
     (``handcoded`` | ``planner``), ``split_dirs`` (split -> folder under ``json_2.1.1``), ``max_options`` (62),
-    ``exclude_commands`` (default ``["help"]``), ``history_steps`` (None = the whole episode, as in the paper).
+    ``exclude_commands`` (default ``["help"]``), ``history_steps`` (None = the whole episode, as in the paper),
+    ``game_list``: a pinned task panel, either one file (its games serve every split) or a mapping split -> file
+    (e.g. ``{"test": "panel.txt"}``; the other splits are scanned as usual). Listed games are used as listed: in
+    the file's order (``make_tasks`` cycles through them without shuffling), with no task-type / object /
+    receptacle filter (``difficulty`` still selects by task type). See :func:`read_game_list` for the format.
     """
 
     name = "alfworld"
     stages = ("easy", "medium", "hard")
     extra = "alfworld"
+    #: ALFRED's ``checked`` (set by look / inventory / examine / open) is an effect only: no precondition, goal or
+    #: grammar rule reads it, so it never changes the future and stays out of the state key.
+    inert_predicates = ("checked",)
 
     def __init__(
         self,
@@ -237,8 +310,15 @@ class ALFWorldEnv(TextGameEnv):
         exclude_commands: Sequence[str] = ("help",),
         history_steps: int | None = None,
         normalize_reward: bool = True,
+        game_list: str | Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(horizon, max_options, exclude_commands, history_steps, normalize_reward)
+        if isinstance(game_list, (str, os.PathLike)):
+            game_list = dict.fromkeys(SPLITS, os.fspath(game_list))
+        self.game_list = {str(k): os.fspath(v) for k, v in (game_list or {}).items()}
+        bad_lists = sorted(set(self.game_list) - set(SPLITS))
+        if bad_lists:
+            raise ValueError(f"alfworld: game_list names unknown split(s) {bad_lists}; known: {SPLITS}")
         if expert not in EXPERTS:
             raise ValueError(f"alfworld: unknown expert {expert!r}; expected one of {EXPERTS}")
         self.task_types = _norm(task_types)
@@ -255,7 +335,14 @@ class ALFWorldEnv(TextGameEnv):
         self.data_dir = resolve_data_dir(data_dir)
         self._data_dir_arg = data_dir
         self.intro = ""
-        self.check_data()  # first: its message also says how to install the extra
+        if set(self.game_list) != set(SPLITS):
+            self.check_data()  # first: its message also says how to install the extra
+        for split, list_file in self.game_list.items():
+            if not Path(list_file).expanduser().is_file():
+                raise FileNotFoundError(
+                    f"alfworld: game_list for split {split!r}: file {list_file} does not exist; give a text file "
+                    f"with one {GAME_FILE} path per line"
+                )
         for module in ("alfworld", "textworld"):
             missing = missing_extra_error(module, self.extra)
             if missing is not None:
@@ -270,7 +357,13 @@ class ALFWorldEnv(TextGameEnv):
             "receptacles": None if self.receptacles is None else list(self.receptacles),
             "expert": self.expert,
             "split_dirs": dict(self.split_dirs),
+            "game_list": dict(self.game_list) or None,
         }
+
+    @classmethod
+    def engine_versions(cls) -> dict[str, str | None]:
+        """Installed ALFWorld and TextWorld versions (None when missing), for evaluation records."""
+        return {"alfworld": package_version("alfworld"), **super().engine_versions()}
 
     # -- data ----------------------------------------------------------------------------------------------
     def check_data(self) -> Path:
@@ -288,9 +381,12 @@ class ALFWorldEnv(TextGameEnv):
         return root
 
     def games(self, split: str) -> tuple[dict[str, str], ...]:
-        """The games of ``split`` that pass the filters; raises :class:`ALFWorldDataError` when there are none."""
+        """The games of ``split``: those of its ``game_list``, else the scanned ones that pass the filters; raises
+        :class:`ALFWorldDataError` when there are none."""
         if split not in self.split_dirs:
             raise ValueError(f"alfworld: unknown split {split!r}; expected one of {SPLITS}")
+        if split in self.game_list:
+            return read_game_list(self.game_list[split], self.data_dir)
         split_root = self.check_data() / self.split_dirs[split]
         games = _scan_games(str(split_root), self.task_types, self.objects, self.receptacles)
         if not games:
@@ -302,7 +398,8 @@ class ALFWorldEnv(TextGameEnv):
         return games
 
     def _task(self, split: str, index: int, game: Mapping[str, str], seed: int) -> Task:
-        rel = os.path.relpath(game["game"], self.data_dir)
+        path = Path(game["game"])
+        rel = path.relative_to(self.data_dir).as_posix() if path.is_relative_to(self.data_dir) else str(path)
         trial = Path(game["game"]).parent.name
         return Task(
             env=self.name,
@@ -318,8 +415,9 @@ class ALFWorldEnv(TextGameEnv):
         )
 
     def make_tasks(self, split: str, n: int, seed: int = 0, difficulty: str | None = None) -> list[Task]:
-        """``n`` tasks of ``split``: its filtered games in a seeded order, repeated (with new seeds) when
-        ``n`` exceeds their number; ``difficulty`` keeps only the games of that stage."""
+        """``n`` tasks of ``split``: its filtered games in a seeded order (a ``game_list``'s in the listed order),
+        repeated (with new seeds) when ``n`` exceeds their number; ``difficulty`` keeps only the games of that
+        stage."""
         if split not in SPLITS:
             raise ValueError(f"alfworld: unknown split {split!r}; expected one of {SPLITS}")
         if n < 0:
@@ -331,9 +429,12 @@ class ALFWorldEnv(TextGameEnv):
             if not games:
                 raise ALFWorldDataError(
                     f"alfworld: no {split} game of stage {difficulty!r} among the filtered games "
-                    f"(task_types={self.task_types})"
+                    f"(task_types={self.task_types}"
+                    + (f", game_list {self.game_list[split]}" if split in self.game_list else "")
+                    + ")"
                 )
-        random.Random(split_seed(seed, split, 0)).shuffle(games)
+        if split not in self.game_list:
+            random.Random(split_seed(seed, split, 0)).shuffle(games)
         return [self._task(split, i, games[i % len(games)], split_seed(seed, split, i)) for i in range(n)]
 
     def _task_for_seed(self, seed: int) -> Task:
@@ -404,4 +505,11 @@ class ALFWorldEnv(TextGameEnv):
         return "\n".join(lines)
 
 
-__all__ = ["ALFWorldDataError", "ALFWorldEnv", "TASK_TYPES", "require_alfworld", "resolve_data_dir"]
+__all__ = [
+    "ALFWorldDataError",
+    "ALFWorldEnv",
+    "TASK_TYPES",
+    "read_game_list",
+    "require_alfworld",
+    "resolve_data_dir",
+]

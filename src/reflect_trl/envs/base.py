@@ -11,7 +11,10 @@ Each environment also exposes:
 * ``make_tasks``: deterministic, seeded task generation with disjoint ``train`` / ``validation`` / ``test``
   splits;
 * ``oracle_action``: the index of an optimal action in the current state (data generation, oracle
-  reflections, evaluation of the oracle policy).
+  reflections, evaluation of the oracle policy);
+* ``state_key``: a hashable key of the current *Markov* state (what decides future observations and rewards,
+  nothing of the history), used to group the turns of several episodes that stand in the same state
+  (``advantage_estimator="gigpo"``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -133,6 +136,20 @@ class TextEnv(ABC):
     @abstractmethod
     def oracle_action(self) -> int:
         """Index (into the current legal actions) of an optimal action."""
+
+    def state_key(self) -> Hashable:
+        """A hashable key of the current Markov state, taken *before* the next action.
+
+        Two episodes of one task whose keys are equal must face the same future: the same legal actions, the same
+        observations and rewards for every action sequence from here, up to the remaining horizon (the step
+        counter is deliberately left out, so that visits of one state at different turns share a group). The key
+        must not contain the history (an observation that lists the actions taken so far would never match).
+        Used by the state-grouped advantages of ``advantage_estimator="gigpo"``; environments that do not
+        implement it can use every other estimator."""
+        raise NotImplementedError(
+            f"{type(self).__name__} ({self.name!r}) does not implement state_key(); it is needed by "
+            "advantage_estimator='gigpo' (see reflect_trl.envs.base.TextEnv.state_key)"
+        )
 
     def clone(self) -> TextEnv:
         """An independent copy at the same state (used to test a candidate action without taking it).

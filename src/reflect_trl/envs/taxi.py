@@ -392,16 +392,18 @@ class DangerousTaxiEnv(TextEnv):
 
     # -- episode -----------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, task: Task | None = None) -> Observation:
-        """Start the episode of ``task`` (or of a task drawn from ``seed``); ``seed`` overrides ``task.seed``."""
+        """Start the episode of ``task``: its start state comes from ``task.seed`` alone, so every episode of one task
+        starts in the same state (DangerousTaxi has no other randomness, so ``seed`` is then unused). Without a task,
+        the start state is drawn from ``seed`` exactly as ``gym.make("Taxi-v4").reset(seed=seed)`` draws it."""
         if task is not None and task.env != self.name:
             raise ValueError(f"taxi: cannot run task {task.task_id!r} of environment {task.env!r}")
-        if seed is None:
-            seed = task.seed if task is not None else self._seed_rng.randrange(2**31)
         mode = self.fixed_mode or (task.difficulty if task is not None else "full")
         self.check_difficulty(mode)
         if task is None:
+            if seed is None:
+                seed = self._seed_rng.randrange(2**31)
             task = Task(env=self.name, task_id=f"taxi-seed{seed}-{mode}", difficulty=mode, seed=int(seed))
-        return self._begin(episode_start_state(seed, mode), mode, task)
+        return self._begin(episode_start_state(task.seed, mode), mode, task)
 
     def reset_to_state(self, state: int, mode: str | None = None) -> Observation:
         """Start an episode at an exact gym state id (tests, analysis). ``dropoff`` expects the passenger
@@ -503,6 +505,17 @@ class DangerousTaxiEnv(TextEnv):
         return shortest_plan(self.state, self.goal)
 
     # -- state access ------------------------------------------------------------------------------------
+    def state_key(self) -> tuple[str, str, int, bool]:
+        """``(env, mode, gym state id, pickup bonus already given)``.
+
+        The gym state id fixes the taxi cell, the passenger location and the destination; the mode fixes the goal
+        and the reward rules; ``bonus_given`` decides whether a future pickup still earns the bonus (``full``
+        mode: a passenger dropped at a wrong station and picked up again earns nothing). The action history, shown
+        in the observation text, is not part of it."""
+        if self.state < 0:
+            raise RuntimeError("taxi: state_key() called before reset()")
+        return (self.name, self.mode, self.state, self.bonus_given)
+
     @property
     def taxi_state(self) -> TaxiState:
         return decode_state(self.state)

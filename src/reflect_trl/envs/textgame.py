@@ -2,7 +2,8 @@
 
 :class:`TextGameEnv` is the adapter over a TextWorld engine (``textworld.start``): admissible commands as the
 sorted, capped option list, score/won/lost as reward and success, the next command of the game's own plan as the
-oracle, and ``clone()`` by replaying the episode's commands in a fresh engine (engines cannot be deep-copied).
+oracle, ``state_key()`` from the engine's world state, and ``clone()`` by replaying the episode's commands in a fresh
+engine (engines cannot be deep-copied).
 :class:`~reflect_trl.envs.textworld_env.TextWorldEnv` and :class:`~reflect_trl.envs.alfworld_env.ALFWorldEnv`
 build on it. The helpers here clean game text, select options and seed the engine calls.
 
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import importlib.util
 import random
 import re
 import sys
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from reflect_trl.envs.base import Observation, StepResult, Task, TextEnv
@@ -99,9 +101,46 @@ def seeded_global_random(seed: int) -> Iterator[None]:
         random.setstate(saved)
 
 
-def step_seed(task_seed: int, t: int) -> int:
-    """The seed of the engine call at step ``t`` of an episode (same task and step -> same seed)."""
-    return int.from_bytes(hashlib.sha256(f"{task_seed}/{t}".encode()).digest()[:4], "little")
+def step_seed(seed: int, t: int) -> int:
+    """The seed of the engine call at step ``t`` of an episode (same seed and step -> same seed)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{t}".encode()).digest()[:4], "little")
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (None when it is not installed); imports nothing."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def world_digest(state: Any, options: Sequence[str], inert: Sequence[str] = ()) -> str:
+    """A SHA-256 digest of what an engine state holds about the world (see :meth:`TextGameEnv.state_key`); facts of
+    the ``inert`` predicates are left out."""
+
+    def counts(fact: Any) -> bool:
+        # A PDDL engine's fact mirror keeps "not_X" for every X an action deleted: residue of the past (the absence
+        # of X already says it), so only the positive facts count.
+        name = str(getattr(fact, "name", ""))
+        return not name.startswith("not_") and name not in inert
+
+    facts = sorted(str(f) for f in state.get("_facts") or () if counts(f))
+    progression = state.get("_game_progression")
+    quests = [
+        (q.completed, q.failed, q.unfinishable, q.nb_completions)
+        for q in (progression.quest_progressions if progression is not None else ())
+    ]
+    parts = {
+        "facts": facts,
+        "description": state.get("description"),
+        "inventory": state.get("inventory"),
+        "score": state.get("score"),
+        "won": bool(state.get("won")),
+        "lost": bool(state.get("lost")),
+        "quests": quests,
+        "options": list(options),
+    }
+    return hashlib.sha256(repr(sorted(parts.items())).encode()).hexdigest()
 
 
 def select_options(
@@ -137,10 +176,17 @@ class TextGameEnv(TextEnv):
     Subclasses say how to find a task's game file and start its engine, what the plan's remaining commands are,
     and how to render the observation text. The reward is the score gained by a step, divided by the game's
     maximum score when ``normalize_reward`` (so a won game returns 1 in total); ``terminated`` means won or lost.
+
+    Seeds: the task (``task.seed`` included) fixes the game and its opening (the engine's own generator is seeded
+    from ``task.seed`` before the reset), so every episode of a task plays the same game from the same state; the
+    ``seed`` given to :meth:`reset` (default ``task.seed``) only seeds the per-step randomness (``step_seed``:
+    ALFWorld's feedback wording and its hand-coded expert draw from Python's global ``random``).
     """
 
     #: The extra this environment needs (for the ImportError message).
     extra: ClassVar[str] = "textworld"
+    #: Predicates that no action, goal or text ever reads (bookkeeping): left out of :meth:`state_key`.
+    inert_predicates: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -162,6 +208,7 @@ class TextGameEnv(TextEnv):
         self._engine: Any = None
         self._engine_file: str | None = None
         self.game_file: str | None = None
+        self.episode_seed = 0  # seeds the per-step randomness of the current episode
         self.state: Any = None  # the engine's latest GameState
         self.commands: list[str] = []  # commands taken this episode
         self.feedbacks: list[str] = []  # cleaned game response to each command
@@ -216,6 +263,15 @@ class TextGameEnv(TextEnv):
         """Number of commands left in the plan, or None when the plan source only knows the next command."""
         return len(self.plan())
 
+    @classmethod
+    def engine_versions(cls) -> dict[str, str | None]:
+        """Installed versions of the game engine packages (None when missing), for evaluation records."""
+        return {"textworld": package_version("textworld")}
+
+    def card(self) -> dict[str, Any]:
+        """What an evaluation should record about this environment: its settings and the engine versions."""
+        return {"env": self.name, "settings": self._init_kwargs(), "versions": self.engine_versions()}
+
     def close(self) -> None:
         """Stop the game engine (a later reset starts a new one)."""
         if self._engine is not None:
@@ -226,16 +282,14 @@ class TextGameEnv(TextEnv):
 
     # -- episode -------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, task: Task | None = None) -> Observation:
-        """Start ``task`` (or a task drawn from ``seed``); a ``seed`` given with a task replaces ``task.seed``."""
+        """Start ``task`` (or a task drawn from ``seed``). The game comes from the task alone; ``seed`` (default
+        ``task.seed``) seeds the episode's per-step randomness (see the class docstring)."""
         if task is None:
             if seed is None:
                 seed = self._seed_rng.randrange(2**31)
             task = self._task_for_seed(int(seed))
-        else:
-            if task.env != self.name:
-                raise ValueError(f"{self.name}: cannot run task {task.task_id!r} of environment {task.env!r}")
-            if seed is not None and int(seed) != task.seed:
-                task = Task(task.env, task.task_id, task.difficulty, int(seed), dict(task.data))
+        elif task.env != self.name:
+            raise ValueError(f"{self.name}: cannot run task {task.task_id!r} of environment {task.env!r}")
         game_file = self._game_file_for(task)
         if self._engine is None or self._engine_file != game_file:
             self.close()
@@ -245,6 +299,7 @@ class TextGameEnv(TextEnv):
         with seeded_global_random(step_seed(task.seed, 0)):
             state = self._engine.reset()
         self.task = task
+        self.episode_seed = task.seed if seed is None else int(seed)
         self.game_file = game_file
         self.state = state
         self.commands, self.feedbacks = [], []
@@ -266,7 +321,7 @@ class TextGameEnv(TextEnv):
         assert self.observation is not None and self.task is not None
         command = self.observation.actions[index]
         previous_score = self.score
-        with seeded_global_random(step_seed(self.task.seed, self.t + 1)):
+        with seeded_global_random(step_seed(self.episode_seed, self.t + 1)):
             state, score, game_over = self._engine.step(command)
         self.t += 1
         self.state = state
@@ -311,12 +366,42 @@ class TextGameEnv(TextEnv):
             return pairs
         return pairs[-self.history_steps :] if self.history_steps else []
 
+    # -- Markov state --------------------------------------------------------------------------------------
+    def state_key(self) -> Hashable:
+        """``(env, task id, task seed, world digest)``: the game, and a SHA-256 digest of the engine's world state.
+
+        The task id and seed name the game (and its opening text). The digest covers the engine's world facts
+        (``_facts``: every proposition that is true, so location, inventory, open/closed/locked, where each
+        object is; not the ``not_X`` entries a PDDL engine keeps for facts deleted in the past, nor the facts of
+        :attr:`inert_predicates`), the per-quest progression (completed / failed / unfinishable: TextWorld scores
+        a quest once, so a quest undone again still differs from one never done), the score, won/lost, the room
+        description and inventory texts as the engine renders them (a Z-machine lists objects in the order they
+        arrived, so the same facts can read differently in every later observation), and the current options
+        (the plan's next command is kept among them even when excluded or capped, and the hand-coded ALFWorld
+        expert's plan depends on its exploration history).
+
+        Left out, as history: the commands so far, their responses and the last response (it is replaced by the
+        response to the next command, which the world state and that command decide), the step counter, and the
+        episode seed (it only varies the wording of responses). Cost: one sort of the fact strings and one hash
+        (well under a millisecond for the games here)."""
+        if self.task is None or self.state is None or self.observation is None:
+            raise RuntimeError(f"{self.name}: state_key() called before reset()")
+        digest = world_digest(self.state, self.observation.actions, self.inert_predicates)
+        return (self.name, self.task.task_id, self.task.seed, digest)
+
     # -- oracle --------------------------------------------------------------------------------------------
     def oracle_action(self) -> int:
         """Index of the plan's next command among the current options."""
         if self.observation is None or self.state is None:
             raise RuntimeError(f"{self.name}: oracle_action() called before reset()")
         plan = self._plan_of(self.state)
+        if not plan and self.t == 0 and not (self.won or self.lost):
+            raise RuntimeError(
+                f"{self.name}: the game file {self.game_file} carries no walkthrough (no quest with a winning "
+                "policy), so there is no oracle for it; the oracle is needed by data generation, oracle "
+                "reflections and the oracle policy of `eval`. Play it with a model policy, or give a game made "
+                "with a quest (e.g. by tw-make)"
+            )
         if not plan:
             raise RuntimeError(
                 f"{self.name}: the game {self.game_file} has no plan left at step {self.t} "
@@ -350,7 +435,7 @@ class TextGameEnv(TextEnv):
         twin._seed_rng.setstate(self._seed_rng.getstate())
         if self.task is None or self.observation is None:
             return twin
-        twin.reset(task=self.task)
+        twin.reset(seed=self.episode_seed, task=self.task)
         for command in self.commands:
             if twin.done:
                 break
@@ -373,6 +458,7 @@ __all__ = [
     "TextGameEnv",
     "clean_feedback",
     "missing_extra_error",
+    "package_version",
     "require_textworld",
     "room_name",
     "seeded_global_random",
@@ -380,4 +466,5 @@ __all__ = [
     "squash",
     "step_seed",
     "words",
+    "world_digest",
 ]

@@ -1,9 +1,10 @@
-"""TextWorld games (generated locally with TextWorld's own makers) as reflect-trl environments.
+"""TextWorld games (generated locally with TextWorld's own makers, or your own files) as reflect-trl environments.
 
 :class:`TextWorldEnv` plays games made by ``textworld.challenges`` (``tw-simple``, ``tw-coin_collector``,
 ``tw-treasure_hunter``, ``tw-cooking``) or by ``textworld.make`` (``custom``), with difficulty settings per stage.
 Generated games are cached by (challenge, settings, seed) under ``cache_dir`` (default
-``$REFLECT_TRL_TEXTWORLD_CACHE`` or ``~/.cache/reflect_trl/textworld``). It builds on
+``$REFLECT_TRL_TEXTWORLD_CACHE`` or ``~/.cache/reflect_trl/textworld``). With ``game_files`` / ``game_dir`` it plays
+existing TextWorld games instead (see :class:`TextWorldEnv`). It builds on
 :class:`~reflect_trl.envs.textgame.TextGameEnv`, the engine adapter shared with ALFWorld; the names of
 :mod:`reflect_trl.envs.textgame` are re-exported here for compatibility.
 
@@ -16,10 +17,13 @@ import copy
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +71,15 @@ DEFAULT_STAGE_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
 _CUSTOM_KEYS = ("world_size", "nb_objects", "quest_length", "quest_breadth", "nb_parallel_quests", "theme")
 _COOKING_FLAGS = {"recipe": 1, "take": 0, "go": 1, "open": False, "cook": False, "cut": False, "drop": False}
 _GENERATION_ATTEMPTS = 8  # quest generation can fail for a seed: retry with derived seeds (deterministic)
+
+GAME_SUFFIXES = (".z8", ".ulx")
+GAME_SPLITS = ("auto", "all")
+#: Folder names that put the game files under them into a split (``game_split="auto"``).
+SPLIT_FOLDERS = {"train": "train", "valid": "validation", "validation": "validation", "test": "test"}
+#: train / validation / test shares of the hash split of game files that sit in no split folder.
+FILE_SPLIT_WEIGHTS = (0.7, 0.2, 0.1)
+#: Walkthrough lengths up to which a game file is ``easy`` / ``medium`` (longer or unknown: ``hard``).
+DEFAULT_STAGE_LENGTHS = (5, 10)
 
 
 # -- TextWorld -------------------------------------------------------------------------------------------------
@@ -155,6 +168,150 @@ def ensure_game(challenge: str, settings: Mapping[str, Any], seed: int, cache_di
     return str(target)
 
 
+# -- game files ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GameFile:
+    """One game file of ``game_files`` / ``game_dir``: ``path`` as recorded in tasks (relative to ``game_dir`` when
+    under it, else absolute), its absolute ``location`` and the ``splits`` it belongs to."""
+
+    path: str
+    location: str
+    splits: tuple[str, ...]
+
+    @property
+    def stem(self) -> str:
+        return Path(self.location).stem
+
+
+def metadata_file(game: str | Path) -> Path:
+    """The ``.json`` TextWorld writes next to a game (``game.z8`` -> ``game.json``)."""
+    return Path(game).with_suffix(".json")
+
+
+def check_game_file(path: str | Path, where: str) -> Path:
+    """``path`` as an absolute game file; raises naming ``where`` (the setting) when it cannot be played."""
+    game = Path(path).expanduser().resolve()
+    if not game.is_file():
+        raise FileNotFoundError(f"textworld: {where}: game file {path} does not exist")
+    if game.suffix not in GAME_SUFFIXES:
+        raise ValueError(
+            f"textworld: {where}: {path} is not a TextWorld game; expected a file ending in "
+            f"{' or '.join(GAME_SUFFIXES)}"
+        )
+    if not metadata_file(game).is_file():
+        raise FileNotFoundError(
+            f"textworld: {where}: {path} has no {metadata_file(game).name} next to it; reflect-trl plays games "
+            "made by TextWorld (tw-make, the cooking-competition archives), whose .json holds the game logic behind "
+            "the admissible commands and the quest behind the oracle: copy it next to the game"
+        )
+    return game
+
+
+def _split_of(folders: Sequence[str], name: str, game_split: str) -> tuple[str, ...]:
+    """The splits of a game file: every split (``all``), else the split folder it sits in, else a hash of its name."""
+    if game_split == "all":
+        return SPLITS
+    for folder in reversed(folders):
+        if folder.lower() in SPLIT_FOLDERS:
+            return (SPLIT_FOLDERS[folder.lower()],)
+    u = int(hashlib.sha256(f"textworld-split|{name}".encode()).hexdigest()[:12], 16) / float(16**12)
+    if u < FILE_SPLIT_WEIGHTS[0]:
+        return ("train",)
+    return ("validation",) if u < FILE_SPLIT_WEIGHTS[0] + FILE_SPLIT_WEIGHTS[1] else ("test",)
+
+
+def find_game_files(
+    game_files: Sequence[str], game_dir: str | None, game_split: str = "auto"
+) -> list[GameFile]:
+    """The games of ``game_files`` and of ``game_dir`` (searched recursively), in a stable order.
+
+    A ``.ulx`` with a ``.z8`` of the same name next to it is the same game: the ``.z8`` is kept."""
+    found: dict[str, GameFile] = {}
+    for path in game_files:
+        game = check_game_file(path, "game_files")
+        found[str(game)] = GameFile(
+            str(game), str(game), _split_of([game.parent.name], game.name, game_split)
+        )
+    if game_dir is not None:
+        root = Path(game_dir).expanduser().resolve()
+        if not root.is_dir():
+            raise FileNotFoundError(f"textworld: game_dir {game_dir} is not a directory")
+        for folder, _dirs, files in os.walk(root):
+            for name in sorted(files):
+                game = Path(folder) / name
+                if game.suffix not in GAME_SUFFIXES or (
+                    game.suffix == ".ulx" and game.with_suffix(".z8").is_file()
+                ):
+                    continue
+                game = check_game_file(game, f"game_dir {game_dir}")
+                rel = game.relative_to(root)
+                found.setdefault(
+                    str(game),
+                    GameFile(rel.as_posix(), str(game), _split_of(rel.parts[:-1], name, game_split)),
+                )
+        if not any(g.location.startswith(str(root) + os.sep) for g in found.values()):
+            raise FileNotFoundError(
+                f"textworld: game_dir {game_dir} holds no {' or '.join(GAME_SUFFIXES)} game; put TextWorld games "
+                "(with their .json) there, e.g. made by tw-make"
+            )
+    return sorted(found.values(), key=lambda g: g.path)
+
+
+@lru_cache(maxsize=65536)
+def _walkthrough_length(metadata: str, _mtime_ns: int) -> int | None:
+    with open(metadata) as f:
+        data = json.load(f)
+    walkthrough = (data.get("metadata") or {}).get("walkthrough")
+    if isinstance(walkthrough, list):
+        return len(walkthrough)
+    commands = [c for quest in data.get("quests") or () for c in quest.get("commands") or ()]
+    return len(commands) or None
+
+
+def walkthrough_length(game: str | Path) -> int | None:
+    """Number of commands of a game's walkthrough (its ``.json`` metadata, else its quests' commands; None when it
+    has neither). Cached per process."""
+    metadata = metadata_file(game)
+    try:
+        return _walkthrough_length(str(metadata), metadata.stat().st_mtime_ns)
+    except (OSError, ValueError, AttributeError) as err:
+        raise ValueError(f"textworld: cannot read the walkthrough of {game} from {metadata}: {err}") from err
+
+
+def playable_game(game: str | Path, cache_dir: str | Path) -> str:
+    """A ``.z8`` that plays ``game``: the game itself, the ``.z8`` next to a ``.ulx``, or (TextWorld 1.7 cannot run
+    Glulx games) a ``.z8`` compiled from the ``.ulx``'s ``.json`` into ``cache_dir/compiled`` (once)."""
+    game = Path(game)
+    if game.suffix != ".ulx":
+        return str(game)
+    if game.with_suffix(".z8").is_file():
+        return str(game.with_suffix(".z8"))
+    metadata = metadata_file(game)
+    key = hashlib.sha256(metadata.read_bytes()).hexdigest()[:20]
+    folder = Path(cache_dir).expanduser() / "compiled"
+    target = folder / f"{game.stem}-{key}.z8"
+    if target.is_file() and metadata_file(target).is_file():
+        return str(target)
+    textworld = require_textworld()
+    folder.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=folder))
+    try:
+        options = _game_options(textworld, 0, str(scratch / target.name))
+        try:
+            made = Path(textworld.generator.compile_game(textworld.Game.load(str(metadata)), options))
+        except Exception as err:
+            raise RuntimeError(
+                f"textworld: {game} is a Glulx game, which TextWorld {textworld.__version__} cannot run, and "
+                f"compiling its {metadata.name} to a .z8 failed ({type(err).__name__}: {err}); give the game's .z8 "
+                "instead"
+            ) from err
+        os.replace(made.with_suffix(".json"), target.with_suffix(".json"))
+        os.replace(made, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return str(target)
+
+
 class TextWorldEnv(TextGameEnv):
     """Locally generated TextWorld games; stages ``easy``/``medium``/``hard`` map to the challenge's settings.
 
@@ -175,6 +332,24 @@ class TextWorldEnv(TextGameEnv):
       listed), ``normalize_reward`` (score gained / max score).
 
     A task's ``data`` carries the challenge and its resolved settings, so a saved task replays the same game.
+
+    **Your own games.** ``game_files`` (a list of paths) and/or ``game_dir`` (a folder searched recursively) make
+    the tasks come from existing TextWorld games (``.z8``, or ``.ulx``: its ``.z8`` twin when there is one, else a
+    ``.z8`` compiled once from its ``.json`` into ``cache_dir/compiled``); each needs the ``.json`` TextWorld writes
+    next to it. ``challenge`` and ``settings`` do not apply. Every other option works the same.
+
+    * Splits (``game_split="auto"``): a file under a folder named ``train``, ``valid``/``validation`` or ``test``
+      (anywhere below ``game_dir``; for ``game_files``, its own folder) belongs to that split, as in the cooking
+      competition's archive; any other file goes to train / validation / test (70/20/10) by a stable hash of its
+      file name (not of its folder, so moving the collection keeps the split). ``game_split="all"`` puts every
+      file in every split (a pinned evaluation panel, or one game to train on).
+    * Stages: by the length of the game's walkthrough (its ``.json``): up to ``stage_lengths[0]`` commands
+      ``easy``, up to ``stage_lengths[1]`` ``medium``, longer (or unknown) ``hard``.
+    * Tasks: ``make_tasks`` takes the split's files (of the stage asked for, or of ``stage`` when set) in a seeded
+      order, repeated with new seeds when ``n`` exceeds them; a task records the file (relative to ``game_dir``
+      when under it) and its seed seeds the game's random generator.
+    * Oracle: the game's quest (``policy_commands``, which follows the state). A game whose ``.json`` has no quest
+      plays normally, and :meth:`oracle_action` raises naming the file.
     """
 
     name = "textworld"
@@ -193,11 +368,40 @@ class TextWorldEnv(TextGameEnv):
         exclude_commands: Sequence[str] = (),
         history_steps: int | None = 5,
         normalize_reward: bool = True,
+        game_files: Sequence[str] | str | None = None,
+        game_dir: str | None = None,
+        game_split: str = "auto",
+        stage_lengths: Sequence[int] = DEFAULT_STAGE_LENGTHS,
     ) -> None:
         super().__init__(horizon, max_options, exclude_commands, history_steps, normalize_reward)
         missing = missing_extra_error("textworld", self.extra)
         if missing is not None:
             raise missing
+        if isinstance(game_files, (str, os.PathLike)):
+            game_files = [game_files]
+        self.game_files = [os.fspath(f) for f in game_files or ()]
+        self.game_dir = None if game_dir is None else os.fspath(game_dir)
+        if game_split not in GAME_SPLITS:
+            raise ValueError(f"textworld: game_split must be one of {list(GAME_SPLITS)}, got {game_split!r}")
+        self.game_split = game_split
+        lengths = [int(x) for x in stage_lengths]
+        if len(lengths) != 2 or not 0 <= lengths[0] <= lengths[1]:
+            raise ValueError(
+                f"textworld: stage_lengths must be two walkthrough lengths [easy_max, medium_max] with "
+                f"easy_max <= medium_max, got {list(stage_lengths)}"
+            )
+        self.stage_lengths = (lengths[0], lengths[1])
+        if self.uses_game_files:
+            if settings:
+                raise ValueError(
+                    "textworld: settings apply to generated games; with game_files/game_dir the games are given "
+                    "(remove settings, or the game_files/game_dir)"
+                )
+            for path in self.game_files:  # fail now, not at the first reset
+                check_game_file(path, "game_files")
+            if self.game_dir is not None and not Path(self.game_dir).expanduser().is_dir():
+                raise FileNotFoundError(f"textworld: game_dir {self.game_dir} is not a directory")
+        self._games: list[GameFile] | None = None
         if challenge not in CHALLENGES:
             raise ValueError(f"textworld: unknown challenge {challenge!r}; known: {list(CHALLENGES)}")
         self.challenge = challenge
@@ -229,7 +433,78 @@ class TextWorldEnv(TextGameEnv):
             "cache_dir": str(self.cache_dir),
             "show_description": self.show_description,
             "show_inventory": self.show_inventory,
+            "game_files": list(self.game_files),
+            "game_dir": self.game_dir,
+            "game_split": self.game_split,
+            "stage_lengths": list(self.stage_lengths),
         }
+
+    # -- game files ----------------------------------------------------------------------------------------
+    @property
+    def uses_game_files(self) -> bool:
+        """True when the tasks come from ``game_files`` / ``game_dir`` rather than from the generators."""
+        return bool(self.game_files) or self.game_dir is not None
+
+    def games(self) -> list[GameFile]:
+        """The given game files (found once per environment)."""
+        if self._games is None:
+            self._games = find_game_files(self.game_files, self.game_dir, self.game_split)
+        return self._games
+
+    def stage_of(self, game: str | Path) -> str:
+        """The stage of a game file, by its walkthrough length (see the class docstring)."""
+        length = walkthrough_length(game)
+        if length is None:
+            return self.stages[-1]
+        return next(
+            (s for s, top in zip(self.stages, self.stage_lengths, strict=False) if length <= top),
+            self.stages[-1],
+        )
+
+    def _file_games(self, split: str, difficulty: str | None) -> list[GameFile]:
+        games = [g for g in self.games() if split in g.splits]
+        if difficulty is not None:
+            games = [g for g in games if self.stage_of(g.location) == difficulty]
+        if not games:
+            given = ", ".join(
+                ([f"game_files={self.game_files}"] if self.game_files else [])
+                + ([f"game_dir={self.game_dir}"] if self.game_dir else [])
+            )
+            raise ValueError(
+                f"textworld: no {split!r} game{f' of stage {difficulty!r}' if difficulty else ''} among {given} "
+                f"({len(self.games())} game(s); game_split={self.game_split!r}: split folders train/valid/test, else "
+                f"a hash of the file name; stage_lengths={list(self.stage_lengths)}); add games, or set "
+                "game_split: all to use every file in every split"
+            )
+        return games
+
+    def _file_task(self, split: str, index: int, game: GameFile, seed: int) -> Task:
+        return Task(
+            env=self.name,
+            task_id=f"textworld-file-{split}-{index}-{game.stem}",
+            difficulty=self.stage_of(game.location),
+            seed=seed,
+            data={"game_file": game.path},
+        )
+
+    def _file_tasks(self, split: str, n: int, seed: int, difficulty: str | None) -> list[Task]:
+        games = self._file_games(split, difficulty or self.stage)
+        random.Random(split_seed(seed, split, 0)).shuffle(games)
+        return [
+            self._file_task(split, i, games[i % len(games)], split_seed(seed, split, i)) for i in range(n)
+        ]
+
+    def _resolve_game_file(self, task: Task) -> str:
+        path = Path(str(task.data["game_file"])).expanduser()
+        if not path.is_absolute():
+            if self.game_dir is None:
+                raise ValueError(
+                    f"textworld: task {task.task_id!r} names the game file {path} relative to a game_dir; set "
+                    "game_dir to the folder it was made from"
+                )
+            path = Path(self.game_dir).expanduser() / path
+        game = check_game_file(path, f"task {task.task_id!r}")
+        return playable_game(game, self.cache_dir)
 
     # -- tasks ---------------------------------------------------------------------------------------------
     def _task(self, split: str, index: int, level: str, seed: int) -> Task:
@@ -250,6 +525,8 @@ class TextWorldEnv(TextGameEnv):
             raise ValueError(f"textworld: number of tasks must be >= 0, got {n}")
         if difficulty is not None:
             self.check_difficulty(difficulty)
+        if self.uses_game_files:
+            return self._file_tasks(split, n, seed, difficulty)
         tasks = []
         for i in range(n):
             level = difficulty or self.stage or self.stages[i % len(self.stages)]
@@ -257,6 +534,10 @@ class TextWorldEnv(TextGameEnv):
         return tasks
 
     def _task_for_seed(self, seed: int) -> Task:
+        if self.uses_game_files:
+            games = self._file_games("train", self.stage)
+            game = games[random.Random(seed).randrange(len(games))]
+            return self._file_task("seed", seed, game, seed)
         level = self.stage or self.stages[0]
         task = self._task("seed", seed, level, seed)
         return Task(task.env, f"textworld-{self.challenge}-seed{seed}-{level}", level, seed, task.data)
@@ -274,6 +555,8 @@ class TextWorldEnv(TextGameEnv):
         return challenge, dict(DEFAULT_STAGE_SETTINGS[challenge][level])
 
     def _game_file_for(self, task: Task) -> str:
+        if "game_file" in task.data:
+            return self._resolve_game_file(task)
         challenge, settings = self.game_settings(task)
         return ensure_game(challenge, settings, task.seed, self.cache_dir)
 
@@ -344,19 +627,24 @@ class TextWorldEnv(TextGameEnv):
 __all__ = [
     "CHALLENGES",
     "DEFAULT_STAGE_SETTINGS",
+    "GAME_SPLITS",
     "MAX_OPTIONS",
+    "GameFile",
     "TextGameEnv",
     "TextWorldEnv",
     "clean_feedback",
     "default_cache_dir",
     "ensure_game",
+    "find_game_files",
     "game_key",
     "missing_extra_error",
+    "playable_game",
     "require_textworld",
     "room_name",
     "seeded_global_random",
     "select_options",
     "squash",
     "step_seed",
+    "walkthrough_length",
     "words",
 ]

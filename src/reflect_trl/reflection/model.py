@@ -16,26 +16,28 @@ Where the time goes and what is done about it (measurements in ``docs/performanc
   concatenating the whole cache at every new token, which dominates a decode step of a small model at batch 32.
 * The batch is padded directly into tensors (no ``tokenizer.pad``) and the ``generate`` arguments are built once.
 
-The helpers :func:`left_pad`, :func:`position_ids_from_mask`, :func:`shared_prefix_length` and
-:func:`prefix_kv_cache` are shared with the policy's forward pass in :mod:`reflect_trl.rollout`.
+The batch layout and the prefix cache come from :mod:`reflect_trl.batching` (shared with the policy's forward
+pass in :mod:`reflect_trl.rollout`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from reflect_trl.batching import (
+    DEFAULT_SHARED_PREFIX_MIN_TOKENS,
+    prefix_kv_cache,
+    prefix_layout,
+    shared_prefix_length,
+)
 from reflect_trl.prompts import STOP_MARKER, clean_reflection, encode_prompts
 
 logger = logging.getLogger(__name__)
 
-#: Shortest shared prefix (in tokens) worth encoding once for the whole batch.
-DEFAULT_SHARED_PREFIX_MIN_TOKENS = 16
 CACHE_IMPLEMENTATIONS = ("static", "dynamic")
 
 
@@ -48,70 +50,6 @@ class ReflectionBatch:
     stopped: list[bool]  # True when the marker/EOS ended the reflection within the budget
     prompt_ids: list[list[int]]  # the tokenised prompts (without padding), reusable by the caller
     seconds: float = 0.0
-
-
-# ------------------------------------------------------------------------------------------- batching helpers
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask) of left-padded sequences."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, s in enumerate(sequences):
-        if len(s):
-            ids[i, width - len(s) :] = torch.as_tensor(s, dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    return ids, mask
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that ignore left padding (0 at each sequence's first real token)."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def shared_prefix_length(sequences: Sequence[Sequence[int]], min_tokens: int) -> int:
-    """Length of the token prefix common to all ``sequences`` (at least 2 of them), or 0 when shorter than
-    ``min_tokens``. Every sequence keeps at least one token after the prefix."""
-    if len(sequences) < 2 or min_tokens <= 0:
-        return 0
-    common = len(os.path.commonprefix([list(s) for s in sequences]))
-    common = min(common, min(len(s) for s in sequences) - 1)
-    return common if common >= min_tokens else 0
-
-
-def prefix_layout(
-    sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask) laid out as ``[shared prefix][left padding][suffix]`` (plain left padding
-    when ``prefix_length`` is 0)."""
-    if not prefix_length:
-        return left_pad(sequences, pad_id)
-    suffix_ids, suffix_mask = left_pad([s[prefix_length:] for s in sequences], pad_id)
-    prefix = torch.as_tensor(list(sequences[0][:prefix_length]), dtype=torch.long).expand(len(sequences), -1)
-    ids = torch.cat([prefix, suffix_ids], dim=1)
-    mask = torch.cat([torch.ones_like(prefix), suffix_mask], dim=1)
-    return ids, mask
-
-
-def prefix_kv_cache(model, prefix_ids: Sequence[int], batch_size: int, static_length: int | None = None):
-    """A KV cache holding ``prefix_ids`` for each of ``batch_size`` rows, computed by one batch-1 forward.
-
-    ``static_length`` set: a preallocated ``StaticCache`` of that many positions; else a ``DynamicCache``."""
-    from transformers import StaticCache
-
-    device = next(model.parameters()).device
-    ids = torch.as_tensor([list(prefix_ids)], dtype=torch.long, device=device)
-    encoded = model(
-        input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1
-    ).cache
-    if static_length is None:
-        encoded.batch_repeat_interleave(batch_size)
-        return encoded
-    cache = StaticCache(config=model.config, max_cache_len=static_length)
-    for layer_idx, layer in enumerate(encoded.layers):
-        cache.update(
-            layer.keys.expand(batch_size, -1, -1, -1), layer.values.expand(batch_size, -1, -1, -1), layer_idx
-        )
-    return cache
 
 
 def stop_token_ids(tokenizer) -> list[int] | None:
@@ -132,6 +70,12 @@ class ReflectionModel:
     (``"static"`` or ``"dynamic"``) only change speed, not results (up to float rounding). A model that cannot
     generate from a prebuilt cache makes the first call fall back, with a warning, to plain left-padded
     ``generate`` for good.
+
+    ``freeze=False`` generates with a model that is being trained (the SFT trainer's reflection metrics): its
+    mode, its ``requires_grad`` flags and the tokenizer's padding side are left alone (the caller switches to
+    eval mode). ``synced_gpus=True`` (DeepSpeed ZeRO-3 / FSDP: every rank must run the same forwards) passes
+    ``synced_gpus`` to ``generate`` and turns the shared-prefix and static-cache paths off, whose extra forward
+    depends on each rank's own prompts.
     """
 
     def __init__(
@@ -144,18 +88,26 @@ class ReflectionModel:
         max_prompt_length: int | None = None,
         shared_prefix_min_tokens: int = DEFAULT_SHARED_PREFIX_MIN_TOKENS,
         cache_implementation: str = "static",
+        freeze: bool = True,
+        synced_gpus: bool = False,
     ) -> None:
         if cache_implementation not in CACHE_IMPLEMENTATIONS:
             raise ValueError(
                 f"ReflectionModel: cache_implementation={cache_implementation!r}; choose one of {CACHE_IMPLEMENTATIONS}"
             )
-        self.model = model.eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+        self.model = model
         self.tokenizer = tokenizer
-        self.tokenizer.padding_side = "left"
+        self.freeze = freeze
+        if freeze:
+            self.model.eval()
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+            self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.synced_gpus = synced_gpus
+        if synced_gpus:
+            shared_prefix_min_tokens, cache_implementation = 0, "dynamic"
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -185,6 +137,8 @@ class ReflectionModel:
             kwargs = dict(
                 max_new_tokens=self.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id, use_cache=True
             )
+            if self.synced_gpus:
+                kwargs["synced_gpus"] = True
             if self.temperature > 0:
                 kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0)
             else:
@@ -243,9 +197,13 @@ class ReflectionModel:
         out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         return out[:, input_ids.shape[1] :]
 
-    @torch.inference_mode()
     def generate(self, prompts: list[str], prompt_ids: list[list[int]] | None = None) -> ReflectionBatch:
         """Reflections for ``prompts`` (one batch, KV cache, per-sequence stop)."""
+        # A model still being trained must not see inference tensors (lazily built buffers would keep them).
+        with torch.inference_mode() if self.freeze else torch.no_grad():
+            return self._generate(prompts, prompt_ids)
+
+    def _generate(self, prompts: list[str], prompt_ids: list[list[int]] | None) -> ReflectionBatch:
         start = time.perf_counter()
         if not prompts:
             return ReflectionBatch([], [], [], [])

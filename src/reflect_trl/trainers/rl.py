@@ -1,20 +1,24 @@
 """Stage 2 of Reflect-RL: online two-player RL of the policy (``ReflectPPOTrainer``).
 
-``ReflectPPOTrainer`` subclasses TRL's ``GRPOTrainer`` (TRL's maintained PPO-clip trainer; ``PPOTrainer``
-was removed in TRL 1.13) and overrides its documented extension point plus two small hooks:
+``ReflectPPOTrainer`` subclasses TRL's ``GRPOTrainer`` (TRL removed ``PPOTrainer`` in 1.13) for what it is good at
+-- optimizer and scheduler, accelerate / DeepSpeed / FSDP wiring, PEFT, the reference model, ``num_iterations`` PPO
+epochs over one rollout batch, checkpointing and logging -- and brings its own samples and its own loss:
 
-* ``_generate_and_score_completions`` — instead of sampling completions for dataset prompts, run
-  environment episodes in lock-step with the frozen reflection model and the policy's option-restricted
-  head; every *turn* becomes one sample (prompt = state + reflection + options, completion = the one label
-  token) with its own turn-level advantage (``reflect_trl.rl_math``).
-* ``_get_per_token_logps_and_entropies`` — log-probabilities and entropies over the *offered options*
-  only (the option-restricted head), for the loss, the old policy and the reference model.
-* ``compute_loss`` — GRPO's clipped surrogate (+ optional KL and entropy bonus) plus, for
-  ``advantage_estimator="gae"``, the clipped value loss of a value head on the last prompt position.
+* ``_generate_and_score_completions`` (GRPO's extension point, called by ``_prepare_inputs``) runs environment
+  episodes in lock-step with the frozen reflection model and the policy's option-restricted head; every *turn*
+  becomes one sample (prompt = state + reflection + options, action = the chosen option) with its own turn-level
+  advantage (``reflect_trl.rl_math``);
+* ``_prepare_inputs`` lets GRPO shuffle, split and buffer that batch as usual, then records in each micro-batch the
+  number of real turns of its accumulation window over all processes (the loss's normaliser);
+* ``compute_loss`` is the turn-level PPO loss of ``reflect_trl.rl_math.turn_losses`` -- clipped surrogate on the
+  option log-probs, optional KL to the reference, entropy bonus, clipped value loss for ``gae`` -- summed over the
+  real turns and divided by that count, so the gradient is the same on one process or many and for any gradient
+  accumulation;
+* ``_save_checkpoint`` / ``_load_optimizer_and_scheduler`` / ``save_model`` add the curriculum, replay buffer, task
+  RNG, value head and option labels.
 
-GRPO's loss, reference-model KL, PEFT, DeepSpeed/FSDP, gradient accumulation, ``num_iterations`` (PPO
-epochs over one rollout batch), checkpointing and logging are used as they are. The private methods
-overridden here are pinned by ``trl>=1.16,<1.17`` and guarded by ``tests/trainers/test_rl_trl_contract.py``.
+``tests/trainers/test_rl_loss.py`` drives hand-built batches through these hooks (1 process and 2 gloo processes)
+and compares with hand-computed objectives, so a change of GRPOTrainer's private behaviour fails a test.
 """
 
 from __future__ import annotations
@@ -23,35 +27,30 @@ import json
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
 from torch import nn
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import use_adapter
 
 from reflect_trl import rl_math
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
+from reflect_trl.batching import left_pad, position_ids_from_mask
 from reflect_trl.curriculum import Curriculum
-from reflect_trl.envs import Task, get_env_class
-from reflect_trl.prompts import DEFAULT_LABELS
+from reflect_trl.envs import Task, get_env_class, make_env
+from reflect_trl.prompts import resolve_option_labels, write_option_labels
 from reflect_trl.reflection.model import ReflectionModel
 from reflect_trl.replay import ReplayBuffer, ReplayTurn
-from reflect_trl.rollout import (
-    Episode,
-    PolicyActor,
-    RolloutEngine,
-    derive_seed,
-    episode_metrics,
-    left_pad,
-    position_ids_from_mask,
-)
+from reflect_trl.rollout import Episode, PolicyActor, RolloutEngine, episode_metrics
+from reflect_trl.seeding import derive_seed
+from reflect_trl.trainers.paper import REFLECT_RL_PAPER
+from reflect_trl.trainers.rl_config import ReflectPPOConfig
 
 STATE_FILE = "reflect_state_rank{rank}.pt"
 VALUE_HEAD_FILE = "value_head.pt"
@@ -63,104 +62,21 @@ def environment_reward(*_: Any, **__: Any) -> list[float]:
     raise RuntimeError("ReflectPPOTrainer takes its rewards from the environment; reward_funcs are not used")
 
 
-@dataclass
-class ReflectPPOConfig(GRPOConfig):
-    """GRPOConfig plus the Reflect-RL knobs. Batch semantics: each process runs
-    ``per_device_train_batch_size * steps_per_generation`` episodes per rollout (``num_generations`` episodes per
-    task, for the group baseline); every turn of every episode is one training sample."""
+class OptionScores(NamedTuple):
+    """One forward pass of the policy over a batch of turn prompts."""
 
-    # GRPOConfig fields whose defaults differ here.
-    disable_dropout: bool = field(
-        default=True,
-        metadata={"help": "Disable dropout so rollout and training log-probs agree (PPO ratio = 1)."},
-    )
-    loss_type: str = field(
-        default="bnpo",
-        metadata={
-            "help": "GRPO loss aggregation. One token per sample: 'bnpo' = mean over the real samples."
-        },
-    )
-    num_generations: int | None = field(default=4, metadata={"help": "Episodes per task (group baseline)."})
-    max_completion_length: int | None = field(default=1, metadata={"help": "Always 1: one option label."})
-    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate."})
-    env_name: str = field(
-        default="taxi",
-        metadata={
-            "aliases": ["--env"],
-            "help": "Registered environment name (YAML key env_name: TrlParser reserves env).",
-        },
-    )
-    env_kwargs: dict | str | None = field(
-        default=None, metadata={"help": "Environment kwargs (dict or JSON)."}
-    )
-    reflection_model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "Frozen reflection model (hub id or local dir). None/'none' = no reflection."},
-    )
-    reflection_max_new_tokens: int = field(default=64, metadata={"help": "Token budget of one reflection."})
-    reflection_temperature: float = field(
-        default=1.0, metadata={"help": "Reflection sampling temperature (0 = greedy)."}
-    )
-    reflection_load_in_8bit: bool = field(
-        default=False, metadata={"help": "Load the reflection model in 8-bit."}
-    )
-    reflection_load_in_4bit: bool = field(
-        default=False, metadata={"help": "Load the reflection model in 4-bit."}
-    )
-    reflection_dtype: str = field(default="auto", metadata={"help": "dtype of the reflection model."})
-    reflection_device: str | None = field(
-        default=None,
-        metadata={"help": "Device of the reflection model (default: the policy's, e.g. cuda:1)."},
-    )
-    advantage_estimator: str = field(default="rloo", metadata={"help": "reinforce | rloo | gae"})
-    gamma: float = field(default=1.0, metadata={"help": "Discount over turns."})
-    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda."})
-    reinforce_baseline: str = field(default="batch", metadata={"help": "REINFORCE baseline: none | batch"})
-    whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages over the batch."})
-    vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
-    value_clip: float = field(default=0.2, metadata={"help": "Value clipping range (gae)."})
-    replay_buffer_size: int = field(
-        default=0, metadata={"help": "Successful-turn replay capacity (0 = off)."}
-    )
-    replay_samples: int = field(default=8, metadata={"help": "Replayed turns added to each rollout batch."})
-    replay_weight: float = field(
-        default=0.1, metadata={"help": "Advantage given to replayed successful turns."}
-    )
-    curriculum: bool = field(default=True, metadata={"help": "Train stage by stage (easy first)."})
-    curriculum_stages: list[str] | None = field(
-        default=None, metadata={"help": "Stages to train on (default: the env's stages)."}
-    )
-    curriculum_schedule: str = field(default="steps", metadata={"help": "steps | success"})
-    curriculum_stage_starts: list[int] | None = field(
-        default=None, metadata={"help": "Optimizer step at which each stage starts (schedule=steps)."}
-    )
-    curriculum_threshold: float = field(
-        default=0.8, metadata={"help": "Success rate that promotes (success)."}
-    )
-    curriculum_window: int = field(default=64, metadata={"help": "Episodes in the success window (success)."})
-    num_train_tasks: int = field(default=256, metadata={"help": "Training tasks per stage."})
-    task_seed: int = field(default=0, metadata={"help": "Seed of the task generator."})
-    shuffle_options: bool = field(default=False, metadata={"help": "Seeded shuffling of the option order."})
-    option_labels: str | None = field(default=None, metadata={"help": "Option labels (default A-Z a-z 0-9)."})
-    max_prompt_length: int | None = field(
-        default=None, metadata={"help": "Left-truncate policy prompts to this."}
-    )
-    log_episodes_every: int = field(default=50, metadata={"help": "Every N rollouts, log sample episodes."})
-    num_logged_episodes: int = field(default=2, metadata={"help": "Episodes per episode table."})
+    logp: torch.Tensor  # (B,) log pi(chosen option | prompt), over the offered options
+    entropy: torch.Tensor  # (B,) entropy over the offered options
+    values: torch.Tensor | None  # (B,) value head on the last prompt position (gae)
+    aux_loss: torch.Tensor | None  # MoE router load-balancing loss of the forward
 
-    def __post_init__(self) -> None:
-        if isinstance(self.env_kwargs, str):
-            try:
-                self.env_kwargs = json.loads(self.env_kwargs)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"env_kwargs is not valid JSON: {self.env_kwargs!r} ({err})") from err
-        if self.reflection_model_name_or_path in ("", "none", "None"):
-            self.reflection_model_name_or_path = None
-        if self.advantage_estimator not in rl_math.ADVANTAGE_ESTIMATORS:
-            raise ValueError(
-                f"advantage_estimator={self.advantage_estimator!r}; choose one of {rl_math.ADVANTAGE_ESTIMATORS}"
-            )
-        super().__post_init__()
+
+def local_model_dir(model) -> str | None:
+    """The local directory a model was loaded from, if any (where its recorded option labels live)."""
+    name = getattr(model, "name_or_path", None) or getattr(
+        getattr(model, "config", None), "_name_or_path", None
+    )
+    return str(name) if name and Path(str(name)).is_dir() else None
 
 
 class ReflectPPOTrainer(GRPOTrainer):
@@ -168,6 +84,7 @@ class ReflectPPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "reflect-trl", "reflect-rl"]
     _name = "ReflectPPO"
+    _paper = REFLECT_RL_PAPER
 
     def __init__(
         self,
@@ -180,8 +97,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         peft_config=None,
         callbacks=None,
     ) -> None:
-        if args.max_completion_length != 1:
-            args.max_completion_length = 1  # one option-label token per turn
+        # The option labels travel with the policy: those it was trained with, unless the config names the same.
+        labels = resolve_option_labels(args.option_labels, local_model_dir(model), "the policy")
         super().__init__(
             model=model,
             reward_funcs=[environment_reward],  # rewards come from the environment (see the function)
@@ -191,10 +108,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             peft_config=peft_config,
             callbacks=callbacks,
         )
-        self.option_head = OptionHead(self._tokenizer, tuple(args.option_labels or DEFAULT_LABELS))
-        vocab = len(self._tokenizer)
-        self._token_to_option = torch.full((max(vocab, int(self.option_head.label_ids.max()) + 1),), -1)
-        self._token_to_option[self.option_head.label_ids] = torch.arange(self.option_head.num_labels)
+        self.option_head = OptionHead(self._tokenizer, labels)
         env_class = get_env_class(args.env_name)
         self.env_class = env_class
 
@@ -230,6 +144,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         )
         if not args.curriculum:
             self._pools["all"] = [t for s in stages for t in self._pools[s]]
+        if args.advantage_estimator == "gigpo":
+            self._check_state_keys(self._pools[stages[0]][0])
 
         # Value head (turn-level GAE). A submodule of the policy so DDP/DeepSpeed/optimizer treat it as a parameter.
         self.value_head: nn.Module | None = None
@@ -263,10 +179,16 @@ class ReflectPPOTrainer(GRPOTrainer):
         )
         self._task_rng = random.Random(derive_seed(args.seed, "tasks", self.accelerator.process_index))
         self._rollouts = 0
-        self._batch_num_options: torch.Tensor | None = None
-        self._want_hidden = False
-        self._last_hidden: torch.Tensor | None = None
         self._engine: RolloutEngine | None = None
+
+    def _check_state_keys(self, task: Task) -> None:
+        """gigpo groups turns by ``env.state_key()``: fail now, naming the environment, if it has none."""
+        env = make_env(self.args.env_name, **(self.args.env_kwargs or {}))
+        env.reset(task=task)
+        try:
+            env.state_key()
+        except NotImplementedError as err:
+            raise ValueError(f"advantage_estimator='gigpo': {err}") from None
 
     # ------------------------------------------------------------------------------------------------ rollouts
     def _rollout_engine(self, model) -> RolloutEngine:
@@ -288,6 +210,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                 env_kwargs=self.args.env_kwargs,
                 shuffle_options=self.args.shuffle_options,
                 max_prompt_length=self.args.max_prompt_length,
+                record_state_keys=self.args.advantage_estimator == "gigpo",
             )
         self._engine.policy = actor
         return self._engine
@@ -300,10 +223,21 @@ class ReflectPPOTrainer(GRPOTrainer):
         """Per-turn advantages (and value targets for GAE), see ``reflect_trl.rl_math``."""
         args = self.args
         rewards = [[t.reward for t in ep.turns] for ep in episodes]
+        groups = [ep.group for ep in episodes]
         if args.advantage_estimator == "reinforce":
             return rl_math.reinforce_advantages(rewards, args.gamma, args.reinforce_baseline), None
         if args.advantage_estimator == "rloo":
-            return rl_math.rloo_advantages(rewards, [ep.group for ep in episodes], args.gamma), None
+            return rl_math.rloo_advantages(rewards, groups, args.gamma), None
+        if args.advantage_estimator == "gigpo":
+            keys = [[t.state_key for t in ep.turns] for ep in episodes]
+            advantages, stats = rl_math.gigpo_advantages(
+                rewards, groups, keys, args.gamma, args.step_advantage_weight, args.scale_rewards
+            )
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["gigpo/grouped_turn_share"].append(stats.grouped_share)
+            self._metrics[mode]["gigpo/mean_step_group_size"].append(stats.mean_group_size)
+            self._metrics[mode]["gigpo/step_advantage_std"].append(stats.step_advantage_std)
+            return advantages, None
         advantages, returns = [], []
         for ep, r in zip(episodes, rewards, strict=True):
             a, g = rl_math.gae_advantages(r, [t.value or 0.0 for t in ep.turns], args.gamma, args.gae_lambda)
@@ -312,6 +246,12 @@ class ReflectPPOTrainer(GRPOTrainer):
         return advantages, returns
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """One rollout batch: play episodes, turn every turn into a sample, compute advantages and old log-probs.
+
+        Keys of the returned batch (one row per turn, padded rows have ``turn_mask`` 0): ``prompt_ids``,
+        ``prompt_mask`` (left padded), ``option`` (index of the chosen option), ``num_options``, ``advantages``,
+        ``old_logps`` (and ``ref_logps`` with ``beta`` > 0), ``returns``, ``old_values``, ``value_mask`` (real
+        on-policy turns, for the value loss), ``turn_mask`` and the 0-d ``stage_index``."""
         device = self.accelerator.device
         mode = "train" if self.model.training else "eval"
         k = self.num_generations if mode == "train" else self.num_generations_eval
@@ -319,10 +259,13 @@ class ReflectPPOTrainer(GRPOTrainer):
         if mode == "train" and self.curriculum.schedule == "steps":
             self._advance_curriculum()
         stage = self.curriculum.stage
+        stage_index = self.curriculum.stage_index
         tasks = [t for t in self._draw_tasks(n_tasks) for _ in range(k)]
         groups = [g for g in range(n_tasks) for _ in range(k)]
         rank = self.accelerator.process_index
-        seeds = [derive_seed(self.args.seed, rank, self._rollouts, i) for i in range(len(tasks))]
+        # The episodes of one task share their environment seed (e.g. AutoExplore's leave-out augmentation), so a
+        # group compares the policy's choices on one problem instance; their actions are still sampled independently.
+        seeds = [derive_seed(self.args.seed, rank, self._rollouts, g) for g in groups]
 
         start = time.perf_counter()
         with unwrap_model_for_generation(
@@ -341,7 +284,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                 rows.append(
                     {
                         "prompt_ids": turn.prompt_ids,
-                        "label": turn.label_token,
+                        "option": turn.option,
                         "num_options": turn.num_options,
                         "advantage": adv[t_idx],
                         "return": ret[t_idx] if ret is not None else 0.0,
@@ -355,13 +298,14 @@ class ReflectPPOTrainer(GRPOTrainer):
             for r, a in zip(rows, whitened.tolist(), strict=True):
                 r["advantage"] = a
 
-        # Self-imitation replay of successful turns (sampled before this rollout's successes are added).
+        # Self-imitation replay of successful turns (sampled before this rollout's successes are added). A
+        # replayed turn's advantage is the constant replay_weight (after whitening), whatever the estimator.
         if self.args.replay_buffer_size > 0:
             for turn in self.replay.sample(self.args.replay_samples):
                 rows.append(
                     {
                         "prompt_ids": list(turn.prompt_ids),
-                        "label": turn.label_token,
+                        "option": turn.option,
                         "num_options": turn.num_options,
                         "advantage": self.args.replay_weight,
                         "return": turn.return_to_go,
@@ -375,71 +319,92 @@ class ReflectPPOTrainer(GRPOTrainer):
                     rtg = rl_math.returns_to_go([t.reward for t in ep.turns], self.args.gamma)
                     self.replay.add(
                         [
-                            ReplayTurn(tuple(t.prompt_ids), t.label_token, t.num_options, g)
+                            ReplayTurn(tuple(t.prompt_ids), t.option, t.num_options, g)
                             for t, g in zip(ep.turns, rtg, strict=True)
                         ]
                     )
 
-        # Episodes have different lengths, so processes hold different numbers of turns, but GRPO's metric
-        # gathers and its split into `steps_per_generation` chunks need equal sizes: pad every process to the
-        # same multiple of `steps_per_generation` with masked rows (completion_mask 0: no loss, no metrics).
+        # Episodes have different lengths, so processes hold different numbers of turns, but GRPO's split into
+        # `steps_per_generation` chunks and collective calls need equal sizes: pad every process to the same multiple
+        # of `steps_per_generation` with masked rows (turn_mask 0: no loss, no metrics).
         n_real = len(rows)
-        local = torch.tensor([n_real], device=device)
-        target = int(self.accelerator.gather(local).max().item())
+        target = int(self.accelerator.gather(torch.tensor([n_real], device=device)).max().item())
         chunks = self.args.steps_per_generation
         target = -(-target // chunks) * chunks
-        padding = [dict(rows[0], advantage=0.0, replay=True, pad=True) for _ in range(target - n_real)]
-        rows = rows + padding
+        rows = rows + [dict(rows[0], advantage=0.0, replay=True, pad=True) for _ in range(target - n_real)]
 
         prompt_ids, prompt_mask = left_pad([r["prompt_ids"] for r in rows], self._tokenizer.pad_token_id)
+
+        def column(key: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.tensor([r[key] for r in rows], dtype=dtype, device=device)
+
         batch: dict[str, Any] = {
             "prompt_ids": prompt_ids.to(device),
             "prompt_mask": prompt_mask.to(device),
-            "completion_ids": torch.tensor([[r["label"]] for r in rows], dtype=torch.long, device=device),
-            "completion_mask": torch.tensor(
-                [[0 if r.get("pad") else 1] for r in rows], dtype=torch.long, device=device
-            ),
-            "advantages": torch.tensor([r["advantage"] for r in rows], dtype=torch.float32, device=device),
-            "num_options": torch.tensor([r["num_options"] for r in rows], dtype=torch.long, device=device),
-            "returns": torch.tensor([r["return"] for r in rows], dtype=torch.float32, device=device),
-            "old_values": torch.tensor([r["old_value"] for r in rows], dtype=torch.float32, device=device),
+            "option": column("option", torch.long),
+            "num_options": column("num_options", torch.long),
+            "advantages": column("advantage"),
+            "returns": column("return"),
+            "old_values": column("old_value"),
+            "turn_mask": torch.tensor([0.0 if r.get("pad") else 1.0 for r in rows], device=device),
             "value_mask": torch.tensor([0.0 if r["replay"] else 1.0 for r in rows], device=device),
-            "num_items_in_batch": torch.tensor(float(len(rows)), device=device),
+            "stage_index": torch.tensor(float(stage_index), device=device),
         }
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         with torch.no_grad():
             # Old log-probs with exactly the computation the loss uses: the PPO ratio is 1 on the first epoch.
-            self._batch_num_options = batch["num_options"]
-            old_logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, 1
-            )
-            batch["old_per_token_logps"] = old_logps
+            batch["old_logps"] = self._score_batched(self.model, batch)
             if self.beta != 0.0:
                 if self.ref_model is not None:
-                    ref, _, _ = self._get_per_token_logps_and_entropies(
-                        self.ref_model, input_ids, attention_mask, 1
-                    )
+                    batch["ref_logps"] = self._score_batched(self.ref_model, batch)
                 else:
                     unwrapped = self.accelerator.unwrap_model(self.model)
                     with use_adapter(
                         unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None
                     ):
-                        ref, _, _ = self._get_per_token_logps_and_entropies(
-                            self.model, input_ids, attention_mask, 1
-                        )
-                batch["ref_per_token_logps"] = ref
-        sampling = torch.tensor([r["sampling_logp"] for r in rows], device=device)
-        on_policy = ~torch.isnan(sampling) & (batch["completion_mask"].view(-1) > 0)
-        diff = (sampling - old_logps.view(-1)).abs().masked_fill(~on_policy, 0.0)
-        gap = (
-            diff.max() if diff.numel() else torch.zeros((), device=device)
-        )  # a collective: every rank calls it
+                        batch["ref_logps"] = self._score_batched(self.model, batch)
+        sampling = column("sampling_logp")
+        on_policy = ~torch.isnan(sampling) & (batch["turn_mask"] > 0)
+        gap = (sampling - batch["old_logps"]).abs().masked_fill(~on_policy, 0.0).max()
         self._metrics[mode]["rollout/logp_gap_max"].append(self.accelerator.gather(gap).max().item())
 
         self._log_rollout(mode, stage, episodes, rollout_seconds, n_real)
         self._rollouts += 1
         return batch
+
+    def _prepare_inputs(
+        self, generation_batch: dict[str, torch.Tensor | Any]
+    ) -> dict[str, torch.Tensor | Any]:
+        """GRPO's buffering (generate once per ``steps_per_generation * num_iterations`` micro-steps, shuffle, split
+        into ``steps_per_generation`` micro-batches), plus the loss normaliser of every micro-batch: the number of
+        real turns of its gradient-accumulation window on all processes."""
+        previous = self._buffered_inputs
+        inputs = super()._prepare_inputs(generation_batch)
+        if not self.model.training:  # evaluation: no accumulation, the batch is its own window
+            self._set_window_counts([[inputs]])
+        elif self._buffered_inputs is not previous:  # a new rollout batch was just split into micro-batches
+            ga = self.args.gradient_accumulation_steps  # divides steps_per_generation (ReflectPPOConfig)
+            chunks = self._buffered_inputs
+            self._set_window_counts([chunks[i : i + ga] for i in range(0, len(chunks), ga)])
+        return inputs
+
+    def _set_window_counts(self, windows: list[list[dict[str, Any]]]) -> None:
+        """Write ``window_turns`` / ``window_value_turns`` (0-d tensors, equal on all ranks) into every micro-batch."""
+        local = torch.stack(
+            [
+                torch.stack(
+                    [
+                        sum(c["turn_mask"].sum() for c in window),
+                        sum((c["value_mask"] * c["turn_mask"]).sum() for c in window),
+                    ]
+                )
+                for window in windows
+            ]
+        )
+        totals = self.accelerator.reduce(local, reduction="sum")  # one collective for all windows
+        for window, (turns, value_turns) in zip(windows, totals, strict=True):
+            for chunk in window:
+                chunk["window_turns"] = turns
+                chunk["window_value_turns"] = value_turns
 
     def _log_rollout(
         self, mode: str, stage: str, episodes: list[Episode], seconds: float, n_samples: int
@@ -460,7 +425,6 @@ class ReflectPPOTrainer(GRPOTrainer):
                 metrics[f"rollout/{key}"].append(stats[key])
         metrics["rollout/seconds"].append(seconds)
         metrics["rollout/turn_samples"].append(float(n_samples))
-        metrics["curriculum/stage"].append(float(self.curriculum.stage_index))
         if self.args.replay_buffer_size > 0:
             metrics["replay/size"].append(float(len(self.replay)))
         if mode == "train" and self.curriculum.schedule == "success":
@@ -494,82 +458,96 @@ class ReflectPPOTrainer(GRPOTrainer):
                 wandb.log({"episodes": wandb.Table(columns=columns, data=rows)}, commit=False)
 
     # ----------------------------------------------------------------------------------------------- the loss
-    def _get_per_token_logps_and_entropies(
+    def _score_options(
         self,
         model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,
-        **_: Any,
-    ):
-        """Log-prob of the chosen option under the option-restricted head (shape (B, 1)), and its entropy.
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        num_options: torch.Tensor,
+        option: torch.Tensor,
+        with_values: bool = False,
+    ) -> OptionScores:
+        """One forward of ``model`` over left-padded turn prompts: log-prob of the chosen option and entropy over the
+        offered ones (the option-restricted head), the value head's estimate and the MoE router loss if enabled."""
+        extra = {"output_router_logits": True} if self.aux_loss_enabled else {}
+        with self.accelerator.autocast():
+            out = model(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                position_ids=position_ids_from_mask(prompt_mask),
+                logits_to_keep=1,
+                use_cache=False,
+                output_hidden_states=with_values,
+                **extra,
+            )
+        label_logits = out.logits[:, -1, :].index_select(-1, self.option_head.label_ids.to(out.logits.device))
+        table = masked_log_probs(label_logits, num_options, self.temperature)
+        logp = table.gather(-1, option[:, None]).squeeze(-1)
+        values = None
+        if with_values:
+            # Detached: only the head learns from the value loss (as in the reference critic).
+            values = self.value_head(out.hidden_states[-1][:, -1, :].detach().float()).squeeze(-1)
+        aux = getattr(out, "aux_loss", None) if self.aux_loss_enabled else None
+        return OptionScores(logp, entropy_from_log_probs(table), values, aux)
 
-        ``input_ids`` = prompt + the one label token; the logits of the last prompt position are gathered at the
-        label tokens and masked to the options offered in that prompt (``self._batch_num_options``).
-        """
-        if logits_to_keep != 1:
-            raise ValueError(
-                f"ReflectPPOTrainer scores one option token per sample, got logits_to_keep={logits_to_keep}"
-            )
-        num_options = self._batch_num_options
-        if num_options is None or num_options.shape[0] != input_ids.shape[0]:
-            raise RuntimeError("option counts for the batch are missing; call through compute_loss")
-        prompt_ids, prompt_mask = input_ids[:, :-1], attention_mask[:, :-1]
-        targets = self._token_to_option.to(input_ids.device)[input_ids[:, -1]]
-        bs = batch_size or input_ids.shape[0]
-        logps, entropies, hidden = [], [], []
-        for s in range(0, input_ids.shape[0], bs):
-            ids, mask = prompt_ids[s : s + bs], prompt_mask[s : s + bs]
-            with self.accelerator.autocast():
-                out = model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    position_ids=position_ids_from_mask(mask),
-                    logits_to_keep=1,
-                    use_cache=False,
-                    output_hidden_states=self._want_hidden,
-                )
-            label_ids = self.option_head.label_ids.to(out.logits.device)
-            table = masked_log_probs(
-                out.logits[:, -1, :].index_select(-1, label_ids), num_options[s : s + bs], self.temperature
-            )
-            logps.append(table.gather(-1, targets[s : s + bs, None]))
-            if compute_entropy:
-                entropies.append(entropy_from_log_probs(table)[:, None])
-            if self._want_hidden:
-                hidden.append(out.hidden_states[-1][:, -1, :])
-        if self._want_hidden:
-            self._last_hidden = torch.cat(hidden)
-        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+    def _score_batched(self, model, batch: dict[str, Any]) -> torch.Tensor:
+        """Chosen-option log-probs of a whole rollout batch, in micro-batches of ``per_device_train_batch_size``."""
+        size = self.args.per_device_train_batch_size
+        keys = ("prompt_ids", "prompt_mask", "num_options", "option")
+        return torch.cat(
+            [
+                self._score_options(model, *(batch[k][s : s + size] for k in keys)).logp
+                for s in range(0, batch["prompt_ids"].shape[0], size)
+            ]
+        )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        self._batch_num_options = inputs["num_options"]
-        self._want_hidden = self.value_head is not None
-        try:
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            self._want_hidden = False
+        """The turn-level PPO loss (``rl_math.turn_losses``) of one micro-batch.
+
+        Gradient accumulation adds the micro-batches' gradients and DDP averages them over the W processes, so each
+        micro-batch contributes ``W / N * sum_{real turns} loss_t`` with N the real turns of the whole accumulation
+        window on all processes (``window_turns``): the optimizer then sees the mean over all turns of the window.
+        ``num_items_in_batch`` (the Trainer's token count) is not used."""
+        if return_outputs:
+            raise ValueError("ReflectPPOTrainer does not return outputs")
         mode = "train" if self.model.training else "eval"
-        if self.value_head is not None:
-            # Clipped value loss on the policy's last-prompt-position hidden state (detached: only the head learns
-            # from it, as in the reference critic, so the value loss cannot disturb the policy's features).
-            values = self.value_head(self._last_hidden.detach().float()).squeeze(-1)
-            mask = inputs["value_mask"] > 0
-            if mask.any():
-                v_loss, v_clip = rl_math.clipped_value_loss(
-                    values[mask], inputs["old_values"][mask], inputs["returns"][mask], self.args.value_clip
-                )
-            else:
-                v_loss, v_clip = values.sum() * 0.0, torch.zeros((), device=values.device)
-            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.args.vf_coef * v_loss / normalizer
-            self._metrics[mode]["value_loss"].append(self.accelerator.gather(v_loss.detach()).mean().item())
-            self._metrics[mode]["value_clipfrac"].append(
-                self.accelerator.gather(v_clip.detach()).mean().item()
-            )
-        self._last_hidden = None
+        args = self.args
+        scores = self._score_options(
+            model,
+            inputs["prompt_ids"],
+            inputs["prompt_mask"],
+            inputs["num_options"],
+            inputs["option"],
+            with_values=self.value_head is not None,
+        )
+        terms = rl_math.turn_losses(
+            scores.logp,
+            inputs["old_logps"],
+            inputs["advantages"],
+            scores.entropy,
+            clip_low=self.epsilon_low,
+            clip_high=self.epsilon_high,
+            ref_logp=inputs.get("ref_logps") if self.beta != 0.0 else None,
+            values=scores.values,
+            old_values=inputs["old_values"],
+            returns=inputs["returns"],
+            value_clip=args.value_clip,
+        )
+        world = self.accelerator.num_processes
+        mask = inputs["turn_mask"]
+        per_turn = terms.policy - args.entropy_coef * terms.entropy
+        if terms.kl is not None:
+            per_turn = per_turn + self.beta * terms.kl
+        loss = (per_turn * mask).sum() * world / inputs["window_turns"].clamp(min=1.0)
+        value_mask = inputs["value_mask"] * mask
+        if terms.value is not None:
+            loss = loss + args.vf_coef * (terms.value * value_mask).sum() * world / inputs[
+                "window_value_turns"
+            ].clamp(min=1.0)
+        if scores.aux_loss is not None:
+            accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * scores.aux_loss / accumulation
+        self._log_loss_metrics(mode, inputs, scores, terms)
         # Stop every process together on a non-finite loss (a lone raise would hang the others in all-reduce).
         bad = torch.tensor(0.0 if torch.isfinite(loss).all() else 1.0, device=loss.device)
         if self.accelerator.reduce(bad, reduction="sum").item() > 0:
@@ -578,6 +556,43 @@ class ReflectPPOTrainer(GRPOTrainer):
                 f"(curriculum stage {self.curriculum.stage!r}); lower the learning rate or check the rewards"
             )
         return loss
+
+    def _log_loss_metrics(
+        self, mode: str, inputs: dict[str, Any], scores: OptionScores, terms: rl_math.TurnLosses
+    ) -> None:
+        """Means over the real turns of the micro-batch on all processes (one collective)."""
+        mask, value_mask = inputs["turn_mask"], inputs["value_mask"] * inputs["turn_mask"]
+        columns = {
+            "policy_loss": (terms.policy, mask),
+            "entropy": (terms.entropy, mask),
+            "approx_kl": (rl_math.approx_kl(scores.logp, inputs["old_logps"]), mask),
+            "clip_fraction": (terms.clipped, mask),
+            "ratio_mean": (terms.ratio, mask),
+        }
+        if terms.kl is not None:
+            columns["kl"] = (terms.kl, mask)
+        if terms.value is not None:
+            columns["value_loss"] = (terms.value, value_mask)
+            columns["value_clipfrac"] = (terms.value_clipped, value_mask)
+        sums = torch.stack(
+            [torch.stack([(v.detach().float() * m).sum(), m.sum()]) for v, m in columns.values()]
+        )
+        sums = self.accelerator.reduce(sums, reduction="sum")
+        metrics = self._metrics[mode]
+        for name, (total, count) in zip(columns, sums.tolist(), strict=True):
+            if count > 0:
+                metrics[name].append(total / count)
+        if scores.values is not None:
+            # explained variance over the value turns of all processes, from global sums (ranks hold different counts)
+            r, d = inputs["returns"], inputs["returns"] - scores.values.detach()
+            moments = torch.stack([value_mask.sum(), (r * value_mask).sum(), (r * r * value_mask).sum()])
+            moments = torch.cat([moments, torch.stack([(d * value_mask).sum(), (d * d * value_mask).sum()])])
+            n, r1, r2, d1, d2 = self.accelerator.reduce(moments, reduction="sum").tolist()
+            metrics["explained_variance"].append(rl_math.explained_variance_from_moments(n, r1, r2, d1, d2))
+        if scores.aux_loss is not None:
+            metrics["aux_loss"].append(self.accelerator.gather(scores.aux_loss.detach()).mean().item())
+        if mode == "train":
+            metrics["curriculum/stage"].append(float(inputs["stage_index"]))
 
     # ----------------------------------------------------------------------------------- checkpoint / resume
     def _reflect_state(self) -> dict[str, Any]:
@@ -593,8 +608,10 @@ class ReflectPPOTrainer(GRPOTrainer):
         out = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         out.mkdir(parents=True, exist_ok=True)
         torch.save(self._reflect_state(), out / STATE_FILE.format(rank=self.accelerator.process_index))
-        if self.value_head is not None and self.args.should_save:
-            torch.save(self.value_head.state_dict(), out / VALUE_HEAD_FILE)
+        if self.args.should_save:
+            write_option_labels(out, self.option_head.labels)
+            if self.value_head is not None:
+                torch.save(self.value_head.state_dict(), out / VALUE_HEAD_FILE)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -615,10 +632,11 @@ class ReflectPPOTrainer(GRPOTrainer):
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
-        if self.value_head is not None and self.args.should_save:
-            torch.save(
-                self.value_head.state_dict(), Path(output_dir or self.args.output_dir) / VALUE_HEAD_FILE
-            )
+        if self.args.should_save:
+            out = Path(output_dir or self.args.output_dir)
+            write_option_labels(out, self.option_head.labels)
+            if self.value_head is not None:
+                torch.save(self.value_head.state_dict(), out / VALUE_HEAD_FILE)
 
 
 def tasks_to_dataset(tasks: list[Task]) -> Dataset:

@@ -51,6 +51,10 @@ kept in the table for completeness (e.g. a file removed while the corpus is in u
 target is hidden with that probability, drawn from the episode seed and the directory (a directory looks
 the same each time it is visited within an episode). 0 (the default) for evaluation.
 
+**State key** (:meth:`AutoExploreEnv.state_key`, for state-grouped advantages): task, working directory, files
+already opened (when they filter the options), the leave-out seed (when leave-out is on); not the command history
+nor the last command's result.
+
 **Splits.** ``make_tasks(split, ...)`` draws from the per-file 70/20/10 split of :mod:`.tasks`. With
 ``holdout_repos=[...]``, ``train``/``validation`` use the other repositories only and ``test`` is every
 task of the held-out repositories (generalisation to an unseen code base). ``tasks_file`` replaces the
@@ -492,6 +496,38 @@ class AutoExploreEnv(TextEnv):
             "distance_to_target": after_distance,
         }
         return self.observation, -cost / self.horizon, terminated, truncated, info
+
+    # -- Markov state ----------------------------------------------------------------------------------
+    def state_key(self) -> tuple:
+        """``(env, repo, question, targets, cwd, catted, leave-out seed, identified)``.
+
+        * repository, question and targets: the task (two task records with the same content share keys);
+        * ``cwd``: decides the listing, the legal actions and the distance to a target;
+        * the files already ``cat``-ed, sorted, when ``filter_catted`` (they are no longer offered, here or in any
+          directory visited later); () otherwise, as then they change neither options nor rewards;
+        * the episode seed when ``leaveout_prob`` > 0 (it decides which entries of every directory are hidden, so
+          episodes of one task with different seeds see different trees), None otherwise;
+        * the ``id``-ed file (None until the episode ends with an ``id``).
+
+        Left out, as history: the command list and the "last result" section. The last result is the response to
+        the previous command (e.g. a file's content after ``cat``); the next command replaces it with a response
+        that the state and that command decide, so it changes only the current observation, never a later one or
+        a reward. Keeping it would split ``cd a`` from ``cd a; cd ..; cd a`` and from ``cat f; cd ..; cd a`` (all
+        three face the same future), leaving most step groups singletons. No cost depends on history: each step
+        costs the same, refused commands never come from the offered actions, and the end cost depends only on
+        the ``id``-ed file."""
+        if self.task is None:
+            raise RuntimeError("auto_explore: state_key() called before reset()")
+        return (
+            self.name,
+            str(self.task.data.get("repo")),
+            self.question,
+            self.targets,
+            self.cwd,
+            tuple(sorted(self.catted)) if self.filter_catted else (),
+            self.episode_seed if self.leaveout_prob > 0 else None,
+            self.identified,
+        )
 
     # -- oracle ----------------------------------------------------------------------------------------
     def _plan_to(self, target: str) -> list[str]:

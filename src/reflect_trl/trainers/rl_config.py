@@ -1,0 +1,230 @@
+"""``ReflectPPOConfig``: ``GRPOConfig`` plus the Reflect-RL knobs, with the GRPO options that do not apply refused.
+
+``ReflectPPOTrainer`` keeps GRPOTrainer's optimizer, accelerate/DeepSpeed/FSDP wiring, PEFT, reference model,
+checkpointing and logging, but writes its own rollouts (two-player environment episodes) and its own loss
+(``reflect_trl.rl_math``). GRPO options that only make sense for GRPO's text completions or GRPO's loss variants
+are rejected here, at config time, with the reason and the setting to use instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from reflect_trl import rl_math
+from reflect_trl.prompts import parse_option_labels
+
+#: The one loss this trainer implements (``rl_math.turn_losses``): PPO's clipped surrogate per turn, normalised by
+#: the number of real turns in the accumulation window over all processes.
+LOSS_TYPE = "turn_ppo"
+
+# (field, value GRPO uses by default, why it does not apply here)
+_UNSUPPORTED_GRPO_OPTIONS: tuple[tuple[str, object, str], ...] = (
+    (
+        "use_vllm",
+        False,
+        "rollouts are environment episodes played by reflect-trl (the policy scores options in one forward pass); "
+        "to serve the reflection model from an inference server use reflection_backend='openai'",
+    ),
+    ("reward_weights", None, "rewards come from the environment; there are no reward functions to weight"),
+    (
+        "top_entropy_quantile",
+        1.0,
+        "there is one (option) token per turn; token filtering by entropy does not apply",
+    ),
+    ("off_policy_mask_threshold", None, "not implemented by the turn-level PPO loss"),
+    ("delta", None, "two-sided ratio clipping is not implemented by the turn-level PPO loss"),
+    ("use_adaptive_entropy", False, "use a fixed entropy_coef"),
+    ("mask_truncated_completions", False, "completions are single option labels and are never truncated"),
+    ("log_completions", False, "episodes are written by log_episodes_every / num_logged_episodes"),
+    ("top_k", 0, "the policy samples over the offered options at `temperature`; top-k is not applied"),
+    ("top_p", 1.0, "the policy samples over the offered options at `temperature`; top-p is not applied"),
+    ("min_p", None, "the policy samples over the offered options at `temperature`; min-p is not applied"),
+    ("repetition_penalty", 1.0, "one token per turn: no repetition"),
+    ("generation_kwargs", None, "the policy does not call generate (one forward pass per turn)"),
+    ("use_transformers_paged", False, "the policy does not call generate (one forward pass per turn)"),
+    (
+        "use_transformers_continuous_batching",
+        False,
+        "the policy does not call generate (one forward pass per turn)",
+    ),
+)
+
+
+def _list_of_str(value: list[str] | str | None) -> list[str] | None:
+    """A list option given as a YAML/JSON list or as a comma-separated string."""
+    if value is None or isinstance(value, list):
+        return value
+    text = str(value).strip()
+    if text.startswith("["):
+        return [str(v) for v in json.loads(text)]
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@dataclass
+class ReflectPPOConfig(GRPOConfig):
+    """GRPOConfig plus the Reflect-RL knobs. Batch semantics: each process runs
+    ``per_device_train_batch_size * steps_per_generation`` episodes per rollout (``num_generations`` episodes per
+    task, for the group baselines); every turn of every episode is one training sample."""
+
+    # GRPOConfig fields whose defaults differ here.
+    disable_dropout: bool = field(
+        default=True,
+        metadata={"help": "Disable dropout so rollout and training log-probs agree (PPO ratio = 1)."},
+    )
+    loss_type: str = field(
+        default=LOSS_TYPE,
+        metadata={"help": f"Only {LOSS_TYPE!r}: PPO's clipped surrogate per turn (reflect_trl.rl_math)."},
+    )
+    num_generations: int | None = field(default=4, metadata={"help": "Episodes per task (group baseline)."})
+    max_completion_length: int | None = field(default=1, metadata={"help": "Always 1: one option label."})
+    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate."})
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": "gigpo only: divide the episode and step advantages by their group's std ('group') or by 1 "
+            "('none')."
+        },
+    )
+    env_name: str = field(
+        default="taxi",
+        metadata={
+            "aliases": ["--env"],
+            "help": "Registered environment name (YAML key env_name: TrlParser reserves env).",
+        },
+    )
+    env_kwargs: dict | str | None = field(
+        default=None, metadata={"help": "Environment kwargs (dict or JSON)."}
+    )
+    reflection_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Frozen reflection model (hub id or local dir). None/'none' = no reflection."},
+    )
+    reflection_max_new_tokens: int = field(default=64, metadata={"help": "Token budget of one reflection."})
+    reflection_temperature: float = field(
+        default=1.0, metadata={"help": "Reflection sampling temperature (0 = greedy)."}
+    )
+    reflection_load_in_8bit: bool = field(
+        default=False, metadata={"help": "Load the reflection model in 8-bit."}
+    )
+    reflection_load_in_4bit: bool = field(
+        default=False, metadata={"help": "Load the reflection model in 4-bit."}
+    )
+    reflection_dtype: str = field(default="auto", metadata={"help": "dtype of the reflection model."})
+    reflection_device: str | None = field(
+        default=None,
+        metadata={"help": "Device of the reflection model (default: the policy's, e.g. cuda:1)."},
+    )
+    advantage_estimator: str = field(
+        default="rloo", metadata={"help": "reinforce | rloo | gae | gigpo (reflect_trl.rl_math)"}
+    )
+    gamma: float = field(default=1.0, metadata={"help": "Discount over turns."})
+    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    step_advantage_weight: float = field(
+        default=1.0, metadata={"help": "gigpo: weight omega of the state-grouped step advantage."}
+    )
+    reinforce_baseline: str = field(default="batch", metadata={"help": "REINFORCE baseline: none | batch"})
+    whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages over the batch."})
+    vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
+    value_clip: float = field(default=0.2, metadata={"help": "Value clipping range (gae)."})
+    replay_buffer_size: int = field(
+        default=0, metadata={"help": "Successful-turn replay capacity (0 = off)."}
+    )
+    replay_samples: int = field(default=8, metadata={"help": "Replayed turns added to each rollout batch."})
+    replay_weight: float = field(
+        default=0.1, metadata={"help": "Advantage given to replayed successful turns."}
+    )
+    curriculum: bool = field(default=True, metadata={"help": "Train stage by stage (easy first)."})
+    curriculum_stages: list[str] | None = field(
+        default=None, metadata={"help": "Stages to train on (default: the env's stages)."}
+    )
+    curriculum_schedule: str = field(default="steps", metadata={"help": "steps | success"})
+    curriculum_stage_starts: list[int] | None = field(
+        default=None, metadata={"help": "Optimizer step at which each stage starts (schedule=steps)."}
+    )
+    curriculum_threshold: float = field(
+        default=0.8, metadata={"help": "Success rate that promotes (success)."}
+    )
+    curriculum_window: int = field(default=64, metadata={"help": "Episodes in the success window (success)."})
+    num_train_tasks: int = field(default=256, metadata={"help": "Training tasks per stage."})
+    task_seed: int = field(default=0, metadata={"help": "Seed of the task generator."})
+    shuffle_options: bool = field(default=False, metadata={"help": "Seeded shuffling of the option order."})
+    option_labels: str | None = field(
+        default=None,
+        metadata={
+            "help": "Option labels: a list, 'A,B,C' or 'ABC' (default: those recorded with the policy, else "
+            "A-Z a-z 0-9)."
+        },
+    )
+    max_prompt_length: int | None = field(
+        default=None, metadata={"help": "Left-truncate policy prompts to this."}
+    )
+    log_episodes_every: int = field(default=50, metadata={"help": "Every N rollouts, log sample episodes."})
+    num_logged_episodes: int = field(default=2, metadata={"help": "Episodes per episode table."})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.env_kwargs, str):
+            try:
+                self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else None
+            except json.JSONDecodeError as err:
+                raise ValueError(f"env_kwargs is not valid JSON: {self.env_kwargs!r} ({err})") from err
+        if self.env_kwargs is not None and not isinstance(self.env_kwargs, dict):
+            raise ValueError(f"env_kwargs must be a mapping, got {self.env_kwargs!r}")
+        if self.reflection_model_name_or_path in ("", "none", "None"):
+            self.reflection_model_name_or_path = None
+        if self.advantage_estimator not in rl_math.ADVANTAGE_ESTIMATORS:
+            raise ValueError(
+                f"advantage_estimator={self.advantage_estimator!r}; choose one of {rl_math.ADVANTAGE_ESTIMATORS}"
+            )
+        if self.loss_type != LOSS_TYPE:
+            raise ValueError(
+                f"loss_type={self.loss_type!r}: ReflectPPOTrainer implements one loss, {LOSS_TYPE!r} (PPO's clipped "
+                "surrogate per turn, normalised by the real turns of the accumulation window over all processes; "
+                "reflect_trl.rl_math.turn_losses). Remove loss_type from the config."
+            )
+        for name, default, why in _UNSUPPORTED_GRPO_OPTIONS:
+            if getattr(self, name) != default:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not supported by ReflectPPOTrainer: {why}"
+                )
+        if self.scale_rewards not in ("group", "none"):
+            raise ValueError(
+                f"scale_rewards={self.scale_rewards!r}; for gigpo choose 'group' (std) or 'none' (1)"
+            )
+        if self.advantage_estimator != "gigpo" and self.scale_rewards != "group":
+            raise ValueError(
+                f"scale_rewards={self.scale_rewards!r} applies to advantage_estimator='gigpo' only "
+                f"(this run uses {self.advantage_estimator!r}; see whiten_advantages)"
+            )
+        if self.max_completion_length not in (None, 1):
+            raise ValueError(
+                f"max_completion_length={self.max_completion_length}: the policy answers with one option-label "
+                "token; leave it at 1"
+            )
+        self.max_completion_length = 1
+        labels = parse_option_labels(self.option_labels)
+        self.option_labels = None if labels is None else ",".join(labels)
+        self.curriculum_stages = _list_of_str(self.curriculum_stages)
+        starts = _list_of_str(self.curriculum_stage_starts)  # type: ignore[arg-type]
+        self.curriculum_stage_starts = None if starts is None else [int(s) for s in starts]
+        if self.reinforce_baseline not in ("none", "batch"):
+            raise ValueError(f"reinforce_baseline={self.reinforce_baseline!r}; choose 'none' or 'batch'")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma={self.gamma} must be in [0, 1]")
+        super().__post_init__()
+        if self.steps_per_generation % self.gradient_accumulation_steps != 0:
+            raise ValueError(
+                f"steps_per_generation={self.steps_per_generation} must be a multiple of "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}: the loss is normalised by the real "
+                "turns of each accumulation window, which must lie inside one rollout batch"
+            )
+
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        """The configured option labels (None: those recorded with the policy, else the defaults)."""
+        return parse_option_labels(self.option_labels)
+
+
+__all__ = ["LOSS_TYPE", "ReflectPPOConfig"]

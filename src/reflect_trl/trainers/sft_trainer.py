@@ -1,0 +1,270 @@
+"""``ReflectSFTTrainer``: stage 1 of Reflect-RL, the supervised warm-up of the policy or the reflection model.
+
+TRL's ``SFTTrainer`` on the prompt/completion data of :mod:`reflect_trl.data_builder` (the loss covers the
+completion only: the option label for the policy, the reflection + stop marker for the reflection model), plus
+
+* checks of the data at init (:mod:`reflect_trl.trainers.sft_data`);
+* an optional curriculum-ordered sampler (:mod:`reflect_trl.trainers.curriculum_sampler`: easy stages first);
+* evaluation metrics beyond the loss on a bounded, evenly spread subset of the eval rows
+  (:mod:`reflect_trl.trainers.sft_metrics`): ``eval_option_accuracy`` / ``eval_option_nll`` for the policy,
+  ``eval_stop_rate`` / ``eval_reflection_length`` / ``eval_reflection_exact_match`` /
+  ``eval_reflection_names_action`` (when the data has an ``action_text`` column) for the reflection model;
+* the option labels recorded next to a saved policy (:data:`~reflect_trl.prompts.LABELS_FILE`), so RL and
+  evaluation read the labels the policy was trained with;
+* the Reflect-RL paper in the model card, W&B offline by default (:mod:`reflect_trl.tracking`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+from datasets import Dataset, IterableDataset
+from trl import SFTConfig, SFTTrainer
+
+from reflect_trl.datasets_io import DatasetFormatError
+from reflect_trl.prompts import write_option_labels
+from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.tracking import configure_tracking
+from reflect_trl.trainers.curriculum_sampler import CurriculumOrderedSampler, stage_order
+from reflect_trl.trainers.paper import REFLECT_RL_PAPER
+from reflect_trl.trainers.sft_config import ReflectSFTConfig
+from reflect_trl.trainers.sft_data import check_sft_dataset, count_options
+from reflect_trl.trainers.sft_metrics import (
+    policy_option_metrics,
+    reflection_generation_metrics,
+    spread_indices,
+    strip_eos,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ReflectSFTTrainer(SFTTrainer):
+    """``SFTTrainer`` for the policy or the reflection model of Reflect-RL (see the module docstring).
+
+    Takes the same arguments as ``trl.SFTTrainer``; ``args`` must be a :class:`ReflectSFTConfig` (a plain
+    ``SFTConfig`` is converted with the Reflect-RL defaults).
+    """
+
+    _tag_names = ["trl", "sft", "reflect-trl"]
+    _name = "ReflectSFT"
+    _paper = REFLECT_RL_PAPER
+
+    def __init__(
+        self,
+        model,
+        args: ReflectSFTConfig | SFTConfig | None = None,
+        data_collator=None,
+        train_dataset: Dataset | IterableDataset | None = None,
+        eval_dataset=None,
+        processing_class=None,
+        **kwargs,
+    ) -> None:
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = ReflectSFTConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-ReflectSFT")
+        elif not isinstance(args, ReflectSFTConfig):
+            values = {k: v for k, v in args.to_dict().items() if k in ReflectSFTConfig.__dataclass_fields__}
+            values["hub_token"] = args.hub_token
+            args = ReflectSFTConfig(**values)
+        check_sft_dataset(train_dataset, "train_dataset", args.role, args.labels)
+        check_sft_dataset(eval_dataset, "eval_dataset", args.role, args.labels)
+        if args.curriculum_order:
+            if not isinstance(train_dataset, Dataset):
+                raise ValueError("curriculum_order needs a map-style datasets.Dataset as train_dataset")
+            if "difficulty" not in train_dataset.column_names:
+                raise DatasetFormatError(
+                    "train_dataset: curriculum_order needs a 'difficulty' column; "
+                    f"columns present: {train_dataset.column_names}"
+                )
+            difficulties = train_dataset["difficulty"]
+            CurriculumOrderedSampler(difficulties, stage_order(difficulties, args.stages))  # fails early
+        if isinstance(eval_dataset, dict):
+            self._raw_eval_datasets = dict(eval_dataset)
+        else:
+            self._raw_eval_datasets = {"eval": eval_dataset} if eval_dataset is not None else {}
+        self._raw_train_size = len(train_dataset) if isinstance(train_dataset, Dataset) else None
+        configure_tracking(args.report_to, args.output_dir)
+        super().__init__(
+            model,
+            args=args,
+            data_collator=data_collator,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            **kwargs,
+        )
+        self._warn_dropped_rows()
+        if args.curriculum_order:
+            sampler = self._get_train_sampler()
+            logger.info(
+                "curriculum order: %s",
+                {s: len(g) for s, g in zip(sampler.stages, sampler.groups, strict=True)},
+            )
+
+    # -- data ------------------------------------------------------------------------------------------------
+    def _warn_dropped_rows(self) -> None:
+        """TRL drops rows whose completion is cut away by ``max_length``; say so loudly."""
+        if (
+            self._raw_train_size is not None
+            and isinstance(self.train_dataset, Dataset)
+            and not self.args.packing
+        ):
+            dropped = self._raw_train_size - len(self.train_dataset)
+            if dropped:
+                logger.warning(
+                    "%d of %d training rows were dropped because prompt + completion exceed max_length=%s; "
+                    "raise max_length to keep them",
+                    dropped,
+                    self._raw_train_size,
+                    self.args.max_length,
+                )
+
+    def _get_train_sampler(self, train_dataset: Dataset | None = None):
+        if not self.args.curriculum_order:
+            return super()._get_train_sampler(train_dataset)
+        difficulties = self.train_dataset["difficulty"]  # the prepared data keeps its metadata columns
+        if train_dataset is not None and len(train_dataset) != len(difficulties):
+            raise RuntimeError("curriculum_order: the train data loader and train_dataset differ in length")
+        return CurriculumOrderedSampler(
+            difficulties, stage_order(difficulties, self.args.stages), seed=self.args.seed
+        )
+
+    # -- saving ----------------------------------------------------------------------------------------------
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save as ``SFTTrainer`` does; a policy also records its option labels next to the weights (checkpoints
+        included)."""
+        super().save_model(output_dir, _internal_call=_internal_call)
+        if self.args.role == "policy" and self.args.should_save:
+            write_option_labels(Path(output_dir or self.args.output_dir), self.args.labels)
+
+    # -- evaluation ------------------------------------------------------------------------------------------
+    def evaluate(
+        self, eval_dataset=None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
+    ):
+        if isinstance(eval_dataset, dict) or (eval_dataset is None and isinstance(self.eval_dataset, dict)):
+            # Trainer.evaluate calls this method again once per named data set.
+            return super().evaluate(
+                eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
+            )
+        if isinstance(eval_dataset, str):
+            raw = self._raw_eval_datasets.get(eval_dataset)
+        elif eval_dataset is None:
+            raw = self._raw_eval_datasets.get("eval")
+        else:
+            raw = eval_dataset
+            if isinstance(raw, Dataset) and "input_ids" not in raw.column_names:
+                check_sft_dataset(raw, "eval_dataset", self.args.role, self.args.labels)
+        extra = self.reflect_metrics(raw) if raw is not None else {}
+        # SFTTrainer.log adds the "eval_" prefix to what sits in self._metrics["eval"].
+        scope = metric_key_prefix.removeprefix("eval").lstrip("_")
+        for key, value in extra.items():
+            self._metrics["eval"][f"{scope}_{key}" if scope else key].append(value)
+        metrics = super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+        metrics.update({f"{metric_key_prefix}_{k}": v for k, v in extra.items()})
+        return metrics
+
+    def reflection_model(self, model) -> ReflectionModel:
+        """The model being trained as a :class:`ReflectionModel` (not frozen) with the eval generation settings."""
+        args = self.args
+        sharded = self.accelerator.num_processes > 1 and (self.is_deepspeed_enabled or self.is_fsdp_enabled)
+        return ReflectionModel(
+            model,
+            self._tokenizer,
+            max_new_tokens=args.reflection_max_new_tokens,
+            temperature=1.0 if args.reflection_do_sample else 0.0,
+            max_prompt_length=args.max_length,
+            freeze=False,
+            synced_gpus=sharded,
+        )
+
+    def reflect_metrics(self, dataset) -> dict[str, float]:
+        """The role's extra metrics on a bounded subset of ``dataset`` (raw or prepared)."""
+        if not isinstance(dataset, Dataset) or not {"prompt", "completion"} <= set(dataset.column_names):
+            return {}
+        args = self.args
+        budget = args.eval_num_policy_samples if args.role == "policy" else args.eval_num_reflection_samples
+        rows = spread_indices(len(dataset), budget)
+        if not rows:
+            return {}
+        # Each process scores an equal-size shard (padded with zero-weight rows), then the sums are added.
+        nproc, rank = self.accelerator.num_processes, self.accelerator.process_index
+        per = math.ceil(len(rows) / nproc)
+        shard = rows[rank * per : (rank + 1) * per]
+        weights = [1.0] * len(shard) + [0.0] * (per - len(shard))
+        shard = shard + [rows[0]] * (per - len(shard))
+        subset = dataset.select(shard)
+        eos = self._tokenizer.eos_token
+        prompts = list(subset["prompt"])
+        completions = [strip_eos(c, eos) for c in subset["completion"]]
+        model = self.accelerator.unwrap_model(self.model)
+        was_training = model.training
+        model.eval()
+        start = time.perf_counter()
+        try:
+            with self.autocast_smart_context_manager():
+                if args.role == "policy":
+                    labels = args.labels
+                    offered = (
+                        list(subset["num_options"])
+                        if "num_options" in subset.column_names
+                        else [count_options(p) for p in prompts]
+                    )
+                    sums = policy_option_metrics(
+                        model,
+                        self._tokenizer,
+                        prompts,
+                        [labels.index(c) for c in completions],
+                        offered,
+                        labels,
+                        batch_size=args.per_device_eval_batch_size,
+                        max_length=args.max_length,
+                        weights=weights,
+                    )
+                else:
+                    sums = reflection_generation_metrics(
+                        self.reflection_model(model),
+                        prompts,
+                        completions,
+                        batch_size=args.per_device_eval_batch_size,
+                        weights=weights,
+                        action_texts=list(subset["action_text"])
+                        if "action_text" in subset.column_names
+                        else None,
+                    )
+        finally:
+            model.train(was_training)
+        keys = sorted(sums)
+        totals = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.accelerator.device)
+        if nproc > 1:
+            totals = self.accelerator.reduce(totals, reduction="sum")
+        sums = dict(zip(keys, totals.tolist(), strict=True))
+        count = max(sums["count"], 1.0)
+        seconds = time.perf_counter() - start
+        if args.role == "policy":
+            return {
+                "option_accuracy": sums["correct"] / count,
+                "option_nll": sums["nll"] / count,
+                "option_samples": sums["count"],
+                "option_eval_seconds": seconds,
+            }
+        names_action = (
+            {"reflection_names_action": sums["names_action"] / count}
+            if "action_text" in subset.column_names
+            else {}
+        )
+        return {
+            "stop_rate": sums["stopped"] / count,
+            "reflection_length": sums["length"] / count,
+            "reflection_exact_match": sums["exact"] / count,
+            **names_action,
+            "reflection_samples": sums["count"],
+            "reflection_eval_seconds": seconds,
+        }
+
+
+__all__ = ["ReflectSFTTrainer"]
