@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflect_trl.config_lists import parse_list
 from reflect_trl.datasets_io import SPLIT_COLUMN, write_jsonl
 from reflect_trl.envs import Observation, Task, TextEnv, make_env
 from reflect_trl.prompts import (
@@ -155,6 +156,7 @@ class DataBuilderConfig:
             raise ValueError(f"task counts must be >= 0, got {self.n_train_tasks}, {self.n_val_tasks}")
         labels = parse_option_labels(self.option_labels)
         self.option_labels = list(labels) if labels is not None else None
+        self.stages = parse_list(self.stages, "stages")
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -438,9 +440,9 @@ def _build_task(
 
 
 def _progress_bar(total: int, enabled: bool, desc: str):
-    from tqdm.auto import tqdm
+    from reflect_trl.progress import progress_bar
 
-    return tqdm(total=total, desc=desc, unit="task", disable=not enabled)
+    return progress_bar(total=total, desc=desc, enabled=enabled, unit="task")
 
 
 @contextmanager
@@ -571,11 +573,47 @@ def dataset_card(
 
 
 # -- command line --------------------------------------------------------------------------------------------
+def check_data_config(config: DataBuilderConfig) -> None:
+    """Up-front checks of ``reflect-trl data`` (nothing is written before): the environment, its kwargs and stages,
+    an oracle reflector for it, and output paths that the builder may replace."""
+    from reflect_trl.errors import UsageError, describe
+    from reflect_trl.validation import check_env
+
+    check_env(config.env_name, config.env_kwargs, config.stages)
+    try:
+        get_oracle_reflector(config.env_name)
+    except (KeyError, ImportError) as err:
+        raise UsageError(f"env_name {config.env_name!r}: {describe(err)}") from err
+    out = Path(config.output_dir) / config.env_name
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output_dir: {out} is a file; choose another output_dir")
+    for name in DATASET_NAMES:
+        path = out / name
+        if (
+            path.exists()
+            and not (path / "dataset_dict.json").is_file()
+            and not (path.is_dir() and not any(path.iterdir()))
+        ):
+            raise UsageError(
+                f"output_dir: {path} exists and is not a saved data set; move it away or choose another output_dir"
+            )
+
+
 def build_datasets_cli(argv: Sequence[str] | None = None) -> int:
     """``reflect-trl data --config recipes/taxi/data.yaml [--seed 1 ...]``: build and save the data sets."""
     from trl import TrlParser
 
-    (config,) = TrlParser((DataBuilderConfig,)).parse_args_and_config(args=argv)
+    from reflect_trl.recipe_cli import parse_recipe
+
+    (config,) = parse_recipe(
+        TrlParser((DataBuilderConfig,)),
+        argv,
+        "data",
+        "Generate the reflection / policy SFT data sets of an environment: oracle trajectories with injected "
+        "mistakes (negative examples), saved under <output_dir>/<env_name>/ (save_to_disk + JSONL + a data card).",
+        own=(DataBuilderConfig,),
+    )
+    check_data_config(config)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     result = build_datasets(config)
     out = Path(config.output_dir) / config.env_name
@@ -594,6 +632,7 @@ __all__ = [
     "build_datasets",
     "build_datasets_cli",
     "candidate_mistakes",
+    "check_data_config",
     "dataset_features",
     "generate_rows",
     "play_trajectory",

@@ -114,8 +114,10 @@ def validate_dataset(dataset, source: str, required_columns: Sequence[str] = REQ
 
 # -- loading -------------------------------------------------------------------------------------------------
 def _looks_like_hub_id(path: str) -> bool:
+    from reflect_trl.validation import looks_like_local_path
+
     parts = path.split("/")
-    return len(parts) == 2 and all(parts) and not path.startswith((".", "~")) and not path.endswith(".jsonl")
+    return len(parts) == 2 and all(parts) and not looks_like_local_path(path) and not path.endswith(".jsonl")
 
 
 def available_splits(path: str | Path) -> list[str]:

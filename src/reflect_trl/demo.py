@@ -357,35 +357,121 @@ def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentPa
                 raise ValueError("expected true or false")
             return value.lower() in ("true", "1")
         if isinstance(current, list):
-            return value.split(",")
+            from reflect_trl.config_lists import parse_list
+
+            return parse_list(value, f"--{key}") or []
         return type(current)(value)
     except ValueError as err:
         parser.error(f"--{key} {value!r}: {err}")
 
 
-def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="reflect-trl demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--output_dir", default="outputs/demo")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--env_name", default="taxi", help="environment (taxi, auto_explore, textworld, ...)")
-    parser.add_argument("--env_kwargs", default=None, help="JSON object of environment kwargs")
-    parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (a minute)")
-    parser.add_argument("--report_to", default=None, help="wandb (offline without an API key) or none")
-    args, rest = parser.parse_known_args(argv)
-    cfg = DemoConfig.smoke(args.output_dir) if args.smoke else DemoConfig(output_dir=args.output_dir)
-    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else DEFAULT_ENV_KWARGS.get(args.env_name, {})
-    cfg = replace(cfg, seed=args.seed, env_name=args.env_name, env_kwargs=env_kwargs)
-    if args.report_to:
-        cfg = replace(cfg, report_to=args.report_to)
-    # --field value overrides of any DemoConfig field
-    fields = DemoConfig.__dataclass_fields__
+def parse_demo_overrides(
+    rest: Sequence[str], parser: argparse.ArgumentParser, exclude: Sequence[str] = ()
+) -> dict[str, Any]:
+    """``--field value`` overrides of any :class:`DemoConfig` field, typed like the field."""
+    fields = {k: v for k, v in DemoConfig.__dataclass_fields__.items() if k not in exclude}
+    defaults = DemoConfig()
+    overrides: dict[str, Any] = {}
     it = iter(rest)
     for flag in it:
-        key = flag.lstrip("-")
-        if key not in fields:
+        key = flag.lstrip("-").replace("-", "_")
+        if not flag.startswith("--") or key not in fields:
             parser.error(f"unknown option {flag}; DemoConfig fields: {sorted(fields)}")
         value = next(it, None)
         if value is None:
             parser.error(f"{flag} needs a value")
-        cfg = replace(cfg, **{key: _parse_field(key, getattr(cfg, key), value, parser)})
+        overrides[key] = _parse_field(key, getattr(defaults, key), value, parser)
+    return overrides
+
+
+def check_demo_config(cfg: DemoConfig) -> None:
+    """Up-front checks of a demo configuration (before anything is written): the environment, its kwargs and oracle
+    reflector, the model, the counts and the choices. Raises :class:`~reflect_trl.errors.UsageError`."""
+    from reflect_trl.errors import UsageError, describe
+    from reflect_trl.evaluation import DECODINGS
+    from reflect_trl.reflection import get_oracle_reflector
+    from reflect_trl.rl_math import ADVANTAGE_ESTIMATORS
+    from reflect_trl.tiny_models import ARCHITECTURES, PRESETS
+    from reflect_trl.validation import check_env
+
+    env = check_env(cfg.env_name, cfg.env_kwargs)
+    if cfg.rl_env_kwargs:
+        check_env(cfg.env_name, {**cfg.env_kwargs, **cfg.rl_env_kwargs}, what="rl_env_kwargs")
+    try:
+        get_oracle_reflector(cfg.env_name)
+    except (KeyError, ImportError) as err:
+        raise UsageError(f"env_name {cfg.env_name!r}: {describe(err)}") from err
+    choices = {
+        "model_arch": (cfg.model_arch, ARCHITECTURES),
+        "model_preset": (cfg.model_preset, tuple(PRESETS)),
+        "rl_advantage_estimator": (cfg.rl_advantage_estimator, ADVANTAGE_ESTIMATORS),
+    }
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise UsageError(f"{name} {value!r}: choose one of {list(allowed)}")
+    bad = [d for d in cfg.eval_decodings if d not in DECODINGS]
+    if bad or not cfg.eval_decodings:
+        raise UsageError(f"eval_decodings {cfg.eval_decodings}: choose from {list(DECODINGS)}")
+    positive = (
+        "n_train_tasks",
+        "n_val_tasks",
+        "sft_policy_steps",
+        "sft_reflection_steps",
+        "sft_batch_size",
+        "rl_steps",
+        "rl_batch_size",
+        "rl_num_generations",
+        "rl_num_iterations",
+        "eval_episodes_per_stage",
+    )
+    for name in positive:
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.rl_batch_size % cfg.rl_num_generations:
+        raise UsageError(
+            f"rl_batch_size {cfg.rl_batch_size} must be a multiple of rl_num_generations {cfg.rl_num_generations}"
+        )
+    if cfg.rl_steps < len(env.stages):
+        raise UsageError(
+            f"rl_steps {cfg.rl_steps}: the curriculum needs at least one step per stage {env.stages}"
+        )
+    if not 0.0 <= cfg.negative_prob <= 1.0:
+        raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")
+
+
+def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        prog="reflect-trl demo",
+        description=__doc__.splitlines()[0]
+        + " Tiny model, data, five SFT runs, four RL variants, held-out evaluation, table and plots.",
+        epilog="Any DemoConfig field can be overridden with --field value (e.g. --rl_steps 120, "
+        "--eval_decodings greedy); lists take a comma-separated string or a JSON list.",
+    )
+    parser.add_argument(
+        "--output_dir", default="outputs/demo", help="where everything goes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of models, data, RL and evaluation (default: 0)"
+    )
+    parser.add_argument("--env_name", default="taxi", help="environment (taxi, auto_explore, textworld, ...)")
+    parser.add_argument("--env_kwargs", default=None, help="JSON object of environment kwargs")
+    parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (a minute)")
+    parser.add_argument("--report_to", default=None, help="wandb (offline without an API key) or none")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args, rest = parser.parse_known_args(argv)
+    if args.no_progress:
+        from reflect_trl.progress import disable_progress
+
+        disable_progress()
+    cfg = DemoConfig.smoke(args.output_dir) if args.smoke else DemoConfig(output_dir=args.output_dir)
+    env_kwargs = (
+        _parse_field("env_kwargs", {}, args.env_kwargs, parser)
+        if args.env_kwargs
+        else DEFAULT_ENV_KWARGS.get(args.env_name, {})
+    )
+    cfg = replace(cfg, seed=args.seed, env_name=args.env_name, env_kwargs=env_kwargs)
+    if args.report_to:
+        cfg = replace(cfg, report_to=args.report_to)
+    cfg = replace(cfg, **parse_demo_overrides(rest, parser))
+    check_demo_config(cfg)
     return run_demo(cfg)

@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,12 +33,15 @@ from typing import Any
 import torch
 
 from reflect_trl.action_head import OptionHead
+from reflect_trl.config_lists import parse_list
 from reflect_trl.envs import Task, make_env
+from reflect_trl.progress import progress_bar
 from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, resolve_option_labels
-from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.reflection.player import REFLECTION_BACKENDS, make_reflection_player
 from reflect_trl.rollout import Actor, Episode, PolicyActor, RolloutEngine
 from reflect_trl.scripted_actors import SCRIPTED_ACTORS, scripted_actor
 from reflect_trl.seeding import derive_seed
+from reflect_trl.validation import check_model_path
 
 DECODINGS = ("greedy", "sampled")
 SCRIPTED_POLICIES = tuple(SCRIPTED_ACTORS)
@@ -60,21 +64,17 @@ class EvalConfiguration:
     policy: str  # model path / hub id, or "oracle" / "random"
     reflection: str | None = None
 
-    def check_models(self) -> None:
-        """Fail before any episode runs when a model that must be a local directory is missing (a hub id has the
-        form ``name`` or ``org/name``; anything else is a path)."""
+    def check_models(self, served_reflection: bool = False) -> None:
+        """Fail before any episode runs when a model that must be a local directory is missing or is not a model
+        (:func:`reflect_trl.validation.check_model_path`). A served reflection model is a name, not a path."""
         for role, ref in (("policy", self.policy), ("reflection", self.reflection)):
             if (
                 ref is None
+                or (role == "reflection" and served_reflection)
                 or (role == "policy" and ref in SCRIPTED_POLICIES)
-                or Path(ref).expanduser().exists()
             ):
                 continue
-            if ref.count("/") > 1 or ref.startswith((".", "/", "~")):
-                raise FileNotFoundError(
-                    f"configuration {self.name!r}: {role} {ref!r} does not exist (a local directory; train it first, "
-                    "or give a hub id 'org/name')"
-                )
+            check_model_path(ref, f"configuration {self.name!r}: {role}")
 
 
 @dataclass
@@ -94,8 +94,27 @@ class EvalSettings:
     # None: each policy's recorded labels (reflect_trl.prompts.LABELS_FILE), else the defaults. A list, a
     # comma-separated string or one string of single characters; it must match what a policy recorded.
     option_labels: list[str] | str | None = None
+    # "hf": reflection models run in this process; "openai": a configuration's `reflection` is the name of a model
+    # served by the OpenAI-compatible server at reflection_base_url (docs/serving.md).
+    reflection_backend: str = "hf"
+    reflection_base_url: str | None = None
+    reflection_api_key_env: str = "REFLECT_TRL_REFLECTION_API_KEY"
+    reflection_concurrency: int = 32
+    reflection_timeout: float = 60.0
+    reflection_max_retries: int = 3
 
     def __post_init__(self) -> None:
+        if isinstance(self.env_kwargs, str):
+            try:
+                self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else {}
+            except json.JSONDecodeError as err:
+                raise ValueError(f"env_kwargs is not valid JSON: {self.env_kwargs!r} ({err.msg})") from None
+        if not isinstance(self.env_kwargs, dict):
+            raise ValueError(f"env_kwargs must be a mapping (a JSON object), got {self.env_kwargs!r}")
+        self.stages = parse_list(self.stages, "stages")
+        self.decodings = parse_list(self.decodings, "decodings") or []
+        if not self.decodings:
+            raise ValueError(f"decodings is empty; choose from {DECODINGS}")
         bad = [d for d in self.decodings if d not in DECODINGS]
         if bad:
             raise ValueError(f"unknown decoding(s) {bad}; choose from {DECODINGS}")
@@ -103,6 +122,14 @@ class EvalSettings:
             raise ValueError(f"episodes_per_stage must be >= 1, got {self.episodes_per_stage}")
         labels = parse_option_labels(self.option_labels)
         self.option_labels = list(labels) if labels is not None else None
+        if self.reflection_backend not in REFLECTION_BACKENDS:
+            raise ValueError(
+                f"reflection_backend={self.reflection_backend!r}; choose one of {REFLECTION_BACKENDS}"
+            )
+        if self.reflection_backend == "openai" and not self.reflection_base_url:
+            raise ValueError(
+                "reflection_backend='openai' needs reflection_base_url (e.g. http://127.0.0.1:8000/v1)"
+            )
 
 
 @dataclass
@@ -119,6 +146,8 @@ class EvalResult:
     mean_length: float
     crash_rate: float
     seconds: float
+    #: 1/0 per episode, in task order (the same tasks for every configuration: paired comparisons use it)
+    outcomes: list[int] = field(default_factory=list)
 
     @classmethod
     def from_episodes(cls, name: str, stage: str, decoding: str, episodes: Sequence[Episode], seconds: float):
@@ -138,6 +167,7 @@ class EvalResult:
             mean_length=sum(ep.length for ep in episodes) / max(n, 1),
             crash_rate=sum(ep.crashed for ep in episodes) / max(n, 1),
             seconds=seconds,
+            outcomes=[int(ep.success) for ep in episodes],
         )
 
 
@@ -197,13 +227,29 @@ def run_configuration(
         actor = PolicyActor(model, tokenizer, OptionHead(tokenizer, labels), temperature=1.0, greedy=greedy)
     reflection = None
     if configuration.reflection:
-        r_model, r_tok = cache.get(configuration.reflection)
-        reflection = ReflectionModel(
-            r_model,
-            r_tok,
-            max_new_tokens=settings.reflection_max_new_tokens,
-            temperature=0.0 if greedy else settings.reflection_temperature,
-        )
+        temperature = 0.0 if greedy else settings.reflection_temperature
+        if settings.reflection_backend == "openai":
+            reflection = make_reflection_player(
+                "openai",
+                max_new_tokens=settings.reflection_max_new_tokens,
+                temperature=temperature,
+                base_url=settings.reflection_base_url,
+                model_name=configuration.reflection,
+                api_key_env=settings.reflection_api_key_env,
+                concurrency=settings.reflection_concurrency,
+                timeout=settings.reflection_timeout,
+                max_retries=settings.reflection_max_retries,
+                seed=derive_seed(settings.seed, configuration.name, decoding),
+            )
+        else:
+            r_model, r_tok = cache.get(configuration.reflection)
+            reflection = make_reflection_player(
+                "hf",
+                model=r_model,
+                tokenizer=r_tok,
+                max_new_tokens=settings.reflection_max_new_tokens,
+                temperature=temperature,
+            )
     engine = RolloutEngine(
         settings.env_name,
         actor,
@@ -218,6 +264,20 @@ def run_configuration(
     return episodes
 
 
+def environment_card(settings: EvalSettings) -> dict[str, Any]:
+    """What the results were measured on: the environment's own record (settings, engine versions) where it has
+    one (TextWorld, ALFWorld: ``env.card()``), plus the reflect-trl version."""
+    from reflect_trl import __version__
+
+    env = make_env(settings.env_name, **settings.env_kwargs)
+    card = (
+        env.card()
+        if hasattr(env, "card")
+        else {"env": settings.env_name, "settings": dict(settings.env_kwargs)}
+    )
+    return {**card, "reflect_trl": __version__}
+
+
 @dataclass
 class EvalReport:
     settings: EvalSettings
@@ -228,6 +288,7 @@ class EvalReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "settings": asdict(self.settings),
+            "environment": environment_card(self.settings),
             "configurations": [asdict(c) for c in self.configurations],
             "results": [asdict(r) for r in self.results],
         }
@@ -289,7 +350,7 @@ def evaluate(
     if len(set(names)) != len(names):
         raise ValueError(f"configuration names must be unique, got {names}")
     for conf in configurations:
-        conf.check_models()
+        conf.check_models(served_reflection=settings.reflection_backend == "openai")
         policy_labels(settings, conf)  # labels that disagree with a policy's fail before any episode
     stage_tasks: dict[str, tuple[list[Task], list[int]]] = {}
     if settings.stages:  # asked for by name: a stage without held-out tasks is an error
@@ -298,17 +359,26 @@ def evaluate(
         for stage in make_env(settings.env_name, **settings.env_kwargs).stages:
             try:
                 stage_tasks[stage] = eval_tasks(settings, stage)
-            except ValueError as err:
+            except (
+                ValueError,
+                FileNotFoundError,
+            ) as err:  # FileNotFoundError: e.g. ALFWorld has no such games
                 print(f"[eval] skipping stage {stage!r}: {err}", flush=True)
         if not stage_tasks:
             raise ValueError(f"{settings.env_name}: no {settings.split!r} tasks in any stage to evaluate")
     cache = _ModelCache(settings.device)
     report = EvalReport(settings, list(configurations), [])
+
+    def decodings_of(conf: EvalConfiguration) -> list[str]:
+        # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
+        return {"oracle": ["greedy"], "random": ["sampled"]}.get(conf.policy, settings.decodings)
+
+    cells = sum(len(decodings_of(c)) for c in configurations) * len(stage_tasks)
+    bar = progress_bar(total=cells, desc="eval", enabled=progress, unit="cell")
     for conf in configurations:
         for stage, (tasks, seeds) in stage_tasks.items():
-            # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
-            decodings = {"oracle": ["greedy"], "random": ["sampled"]}.get(conf.policy, settings.decodings)
-            for decoding in decodings:
+            for decoding in decodings_of(conf):
+                bar.set_postfix_str(f"{conf.name} / {stage} / {decoding}", refresh=True)
                 torch.manual_seed(derive_seed(settings.seed, stage, decoding))
                 start = time.perf_counter()
                 episodes = run_configuration(settings, conf, decoding, tasks, seeds, cache)
@@ -317,12 +387,14 @@ def evaluate(
                 )
                 report.results.append(result)
                 report.transcripts[f"{conf.name}__{stage}__{decoding}"] = [ep.transcript() for ep in episodes]
+                bar.update(1)
                 if progress:
-                    print(
+                    bar.write(
                         f"[eval] {conf.name:28s} {stage:10s} {decoding:8s} success {100 * result.success_rate:5.1f}% "
-                        f"[{100 * result.ci_low:.1f}, {100 * result.ci_high:.1f}]  ({result.seconds:.1f}s)",
-                        flush=True,
+                        f"[{100 * result.ci_low:.1f}, {100 * result.ci_high:.1f}]  ({result.seconds:.1f}s)"
                     )
+                    sys.stdout.flush()
+    bar.close()
     return report
 
 
@@ -346,22 +418,96 @@ def _configurations_from(raw: Any, source: str) -> list[EvalConfiguration]:
     return out
 
 
+#: Help of the ``reflect-trl eval`` flags that set an :class:`EvalSettings` field (the YAML key of the same name).
+SETTING_HELP: dict[str, str] = {
+    "env_name": "registered environment (default: taxi)",
+    "env_kwargs": "environment kwargs, a JSON object (e.g. '{\"horizon\": 15}')",
+    "split": "task split played (default: test, held out from training)",
+    "stages": "stages to evaluate: comma-separated or a JSON list (default: all of the environment's)",
+    "decodings": "greedy, sampled or both: comma-separated or a JSON list (default: greedy,sampled)",
+    "episodes_per_stage": "episodes per stage and configuration (default: 100)",
+    "seed": "seed of the tasks, episodes and sampling (default: 1234)",
+    "batch_size": "episodes played in lock-step (default: 64)",
+    "device": "cpu, cuda, cuda:1, ... (default: cuda when available)",
+    "option_labels": "option labels; default: those recorded with each policy (must match them)",
+    "reflection_max_new_tokens": "token budget of one reflection (default: 64)",
+    "reflection_temperature": "reflection temperature of sampled decoding (default: 1.0; greedy decodes greedily)",
+    "reflection_backend": "hf: reflection models run here (default); openai: 'reflection' names a served model",
+    "reflection_base_url": "openai backend: the server's base URL, e.g. http://127.0.0.1:8000/v1",
+    "reflection_api_key_env": "openai backend: environment variable holding the API key",
+    "reflection_concurrency": "openai backend: requests in flight (default: 32)",
+    "reflection_timeout": "openai backend: seconds per request (default: 60)",
+    "reflection_max_retries": "openai backend: retries of a failed request (default: 3)",
+}
+_INT_SETTINGS = (
+    "episodes_per_stage",
+    "seed",
+    "batch_size",
+    "reflection_max_new_tokens",
+    "reflection_concurrency",
+    "reflection_max_retries",
+)
+_FLOAT_SETTINGS = ("reflection_temperature", "reflection_timeout")
+
+
 def eval_parser() -> argparse.ArgumentParser:
     """The command line of ``reflect-trl eval``."""
-    parser = argparse.ArgumentParser(prog="reflect-trl eval", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="YAML with settings and a 'configurations' list")
-    parser.add_argument("--policy", help="add one configuration: policy path/hub id, or oracle/random")
-    parser.add_argument("--reflection", help="reflection model of that configuration")
-    parser.add_argument("--name", help="name of that configuration")
-    parser.add_argument("--output_dir", default=None)
-    for f in ("env_name", "split", "device", "option_labels"):
-        parser.add_argument(f"--{f}", default=None)
-    for f in ("episodes_per_stage", "seed", "batch_size", "reflection_max_new_tokens"):
-        parser.add_argument(f"--{f}", type=int, default=None)
-    parser.add_argument("--reflection_temperature", type=float, default=None)
-    parser.add_argument("--stages", default=None, help="comma-separated stages")
-    parser.add_argument("--decodings", default=None, help="comma-separated: greedy,sampled")
+    parser = argparse.ArgumentParser(
+        prog="reflect-trl eval",
+        usage="reflect-trl eval [--config EVAL.yaml] [--policy DIR [--reflection DIR] [--name NAME]] "
+        "[--SETTING VALUE ...]",
+        description="Evaluate policies (with or without a reflection model, or the built-in oracle/random) on "
+        "held-out episodes of every stage: success with 95 % Wilson intervals, results.json, results.md and "
+        "transcripts. Configurations come from --config (a 'configurations' list) and/or --policy.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="EVAL.yaml",
+        help="YAML with settings (the flags below) and a 'configurations' list",
+    )
+    parser.add_argument(
+        "--policy", help="add one configuration: a policy directory / hub id, or oracle / random"
+    )
+    parser.add_argument("--reflection", help="the reflection model of that configuration (default: none)")
+    parser.add_argument(
+        "--name", help="the name of that configuration (default: the policy's directory name)"
+    )
+    parser.add_argument("--output_dir", default=None, help="where results go (default: outputs/eval)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    for name, help_ in SETTING_HELP.items():
+        kwargs: dict[str, Any] = {"default": None, "help": help_}
+        if name in _INT_SETTINGS:
+            kwargs["type"] = int
+        elif name in _FLOAT_SETTINGS:
+            kwargs["type"] = float
+        elif name == "reflection_backend":
+            kwargs["choices"] = REFLECTION_BACKENDS
+        parser.add_argument(f"--{name}", **kwargs)
     return parser
+
+
+def read_eval_yaml(path: str) -> dict[str, Any]:
+    """An eval YAML file as a mapping (a missing file, invalid YAML or a non-mapping is a usage error)."""
+    import yaml
+
+    from reflect_trl.errors import MissingPathError, UsageError
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise MissingPathError(
+            f"--config {path!r} does not exist (an eval YAML file, e.g. recipes/taxi/cpu/eval.yaml)"
+        )
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise UsageError(f"{path}{where}: invalid YAML ({getattr(err, 'problem', None) or err})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: the YAML must be a mapping of settings and a 'configurations' list")
+    return raw
 
 
 def parse_eval_args(
@@ -369,36 +515,23 @@ def parse_eval_args(
 ) -> tuple[list[EvalConfiguration], EvalSettings, str]:
     """(configurations, settings, output_dir) of an ``eval`` command line: the ``--config`` YAML, overridden by
     the flags. Unknown YAML keys and an empty list of configurations are errors (``SystemExit``, as argparse)."""
-    import yaml
+    from reflect_trl.errors import usage_errors
 
     parser = eval_parser()
     args = parser.parse_args(argv)
-    raw: dict[str, Any] = {}
-    if args.config:
-        raw = yaml.safe_load(Path(args.config).read_text()) or {}
-        if not isinstance(raw, dict):
-            parser.error(f"{args.config}: the YAML must be a mapping")
+    if args.no_progress:
+        from reflect_trl.progress import disable_progress
+
+        disable_progress()
+    raw: dict[str, Any] = read_eval_yaml(args.config) if args.config else {}
     source = args.config or "command line"
-    configurations = _configurations_from(raw.pop("configurations", []), source)
+    with usage_errors():
+        configurations = _configurations_from(raw.pop("configurations", []), source)
     output_dir = args.output_dir or raw.pop("output_dir", "outputs/eval")
     raw.pop("output_dir", None)
-    for key in (
-        "env_name",
-        "split",
-        "device",
-        "option_labels",
-        "episodes_per_stage",
-        "seed",
-        "batch_size",
-        "reflection_max_new_tokens",
-        "reflection_temperature",
-    ):
+    for key in SETTING_HELP:
         if getattr(args, key) is not None:
             raw[key] = getattr(args, key)
-    if args.stages:
-        raw["stages"] = args.stages.split(",")
-    if args.decodings:
-        raw["decodings"] = args.decodings.split(",")
     if args.policy:
         configurations.append(
             EvalConfiguration(args.name or Path(args.policy).name, args.policy, args.reflection)
@@ -411,14 +544,51 @@ def parse_eval_args(
         parser.error(f"{source}: unknown setting(s) {unknown}; known: {sorted(known)}")
     try:
         settings = EvalSettings(**raw)
-    except ValueError as err:
+    except (ValueError, TypeError) as err:
         parser.error(f"{source}: {err}")
     return configurations, settings, str(output_dir)
+
+
+def check_eval_inputs(configurations: Sequence[EvalConfiguration], settings: EvalSettings) -> None:
+    """Up-front checks of ``reflect-trl eval`` (before any model is loaded or file written): the environment, its
+    kwargs and stages, unique names, every model path, the option labels against each policy's tokenizer and the
+    reflection server settings. Raises :class:`~reflect_trl.errors.UsageError`."""
+    from reflect_trl.errors import UsageError, usage_errors
+    from reflect_trl.validation import (
+        check_env,
+        check_label_tokens,
+        check_reflection_server,
+        load_tokenizer_checked,
+    )
+
+    check_env(settings.env_name, settings.env_kwargs, settings.stages)
+    names = [c.name for c in configurations]
+    if len(set(names)) != len(names):
+        raise UsageError(f"configuration names must be unique, got {names}")
+    served = settings.reflection_backend == "openai"
+    for conf in configurations:
+        conf.check_models(served_reflection=served)
+        with usage_errors(f"configuration {conf.name!r}"):
+            labels = policy_labels(settings, conf)
+        if conf.policy not in SCRIPTED_POLICIES:
+            tokenizer = load_tokenizer_checked(conf.policy, f"configuration {conf.name!r}: policy")
+            check_label_tokens(tokenizer, labels, f"configuration {conf.name!r}: option labels")
+        if served and conf.reflection:
+            check_reflection_server(
+                base_url=settings.reflection_base_url,
+                model_name=conf.reflection,
+                max_new_tokens=settings.reflection_max_new_tokens,
+                concurrency=settings.reflection_concurrency,
+                timeout=settings.reflection_timeout,
+                max_retries=settings.reflection_max_retries,
+                api_key_env=settings.reflection_api_key_env,
+            )
 
 
 def eval_cli(argv: Sequence[str] | None = None) -> EvalReport:
     """``reflect-trl eval --config eval.yaml`` or ``--policy DIR [--reflection DIR]`` (flags override the YAML)."""
     configurations, settings, output_dir = parse_eval_args(argv)
+    check_eval_inputs(configurations, settings)
     report = evaluate(configurations, settings)
     paths = report.write(output_dir)
     print(report.markdown())

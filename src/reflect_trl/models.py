@@ -1,6 +1,7 @@
 """Loading models and tokenizers from any ``model_name_or_path`` (hub id for real users, local dir here).
 
-A directory holding a PEFT adapter (``adapter_config.json``) is loaded on top of its base model.
+A directory holding a PEFT adapter (``adapter_config.json``) is loaded on top of its base model. A local-looking path
+that does not exist is reported as such (:func:`reflect_trl.validation.check_model_path`), never sent to the hub.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from reflect_trl.validation import check_model_path
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -32,6 +35,7 @@ def base_model_of(name_or_path: str) -> str:
 def load_tokenizer(name_or_path: str, padding_side: str = "left"):
     from transformers import AutoTokenizer
 
+    check_model_path(name_or_path, "model")
     source = name_or_path
     if is_adapter_dir(name_or_path) and not (Path(name_or_path) / "tokenizer_config.json").is_file():
         source = base_model_of(name_or_path)  # an adapter saved without its tokenizer uses its base's
@@ -86,12 +90,17 @@ def load_causal_lm(
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
+    check_model_path(name_or_path, "model")
     kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
     if quantization is not None:
         kwargs["quantization_config"] = quantization
     if device_map is not None:
         kwargs["device_map"] = device_map
-    model = AutoModelForCausalLM.from_pretrained(base_model_of(name_or_path), **kwargs)
+    base = base_model_of(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base, **kwargs)
+    except Exception as err:  # a run fails here, with the model named (a corrupt file, a hub error, ...)
+        raise RuntimeError(f"cannot load the model {base!r}: {type(err).__name__}: {err}") from err
     if is_adapter_dir(name_or_path):
         from peft import PeftModel
 

@@ -1,14 +1,84 @@
-"""Plots: RL learning curves (success rate per variant) and a bar chart of final success with 95 % CIs."""
+"""Plots: RL learning curves (success rate per variant, curriculum stages marked) and bar charts of held-out
+success with 95 % CIs.
+
+A run trained with a curriculum logs ``curriculum/stage`` (the stage index) and ``stage/<name>/success_rate`` on every
+step. The learning curves shade each stage and name it, and restart the moving average where a stage starts, plotting
+the success of that stage only: a drop where a harder stage begins reads as what it is, not as a regression.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 LOG_HISTORY_FILE = "log_history.json"
+STAGE_KEY = "curriculum/stage"
+
+
+@dataclass
+class StageSpan:
+    """One curriculum stage of a run: its index, name (None if the logs do not say) and logged step range."""
+
+    index: int
+    name: str | None
+    first_step: float
+    last_step: float
+
+
+def _stage_name(entry: Mapping[str, Any]) -> str | None:
+    names = [
+        k[len("stage/") : -len("/success_rate")]
+        for k in entry
+        if k.startswith("stage/") and k.endswith("/success_rate")
+    ]
+    return names[0] if len(names) == 1 else None
+
+
+def stage_spans(history: Sequence[Mapping[str, Any]]) -> list[StageSpan]:
+    """The curriculum stages a run went through, in order (from ``curriculum/stage``; a log that averages two
+    stages counts for the nearer one). Empty when the run logged no stage."""
+    spans: list[StageSpan] = []
+    for entry in history:
+        if STAGE_KEY not in entry or "step" not in entry:
+            continue
+        value = float(entry[STAGE_KEY])
+        index, step = int(round(value)), entry["step"]
+        name = _stage_name(entry) if value == index else None
+        if spans and spans[-1].index == index:
+            spans[-1].last_step = step
+            spans[-1].name = spans[-1].name or name
+        else:
+            spans.append(StageSpan(index, name, step, step))
+    return spans
+
+
+def _segments(
+    history: Sequence[Mapping[str, Any]], key: str, spans: Sequence[StageSpan]
+) -> list[tuple[list[float], list[float]]]:
+    """The (steps, values) of ``key``, cut where a stage starts; for the success rate, each stage's own
+    ``stage/<name>/success_rate`` where the logs have it."""
+    points = [(h["step"], h) for h in history if "step" in h]
+    if len(spans) < 2:
+        kept = [(step, h[key]) for step, h in points if key in h]
+        return [([p[0] for p in kept], [p[1] for p in kept])] if kept else []
+    out = []
+    bounds = [span.first_step for span in spans[1:]] + [float("inf")]
+    start = float("-inf")
+    for span, end in zip(spans, bounds, strict=True):
+        stage_key = f"stage/{span.name}/success_rate" if span.name and key == "env/success_rate" else key
+        kept = [
+            (step, h[stage_key] if stage_key in h else h[key])
+            for step, h in points
+            if start <= step < end and (stage_key in h or key in h)
+        ]
+        if kept:
+            out.append(([p[0] for p in kept], [p[1] for p in kept]))
+        start = end
+    return out
 
 
 def load_log_history(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -49,38 +119,73 @@ def _smooth(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
+def _mark_stages(ax, spans: Sequence[StageSpan], last_step: float) -> None:
+    """Shade every other stage and write each stage's name at the top of its span."""
+    edges = [spans[0].first_step] + [
+        (a.last_step + b.first_step) / 2 for a, b in zip(spans, spans[1:], strict=False)
+    ]
+    edges.append(max(last_step, spans[-1].last_step))
+    for i, span in enumerate(spans):
+        left, right = edges[i], edges[i + 1]
+        if i % 2 == 0:
+            ax.axvspan(left, right, color="grey", alpha=0.08, lw=0)
+        if i:
+            ax.axvline(left, color="grey", alpha=0.6, lw=1, ls="--")
+        label = span.name or f"stage {span.index}"
+        ax.text(
+            (left + right) / 2,
+            0.98,
+            label,
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top",
+            fontsize=8,
+            color="dimgrey",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1},
+        )
+
+
 def plot_learning_curves(
     runs: Mapping[str, Sequence[Mapping[str, Any]]],
     path: str | Path,
     key: str = "env/success_rate",
     window: int = 5,
     title: str = "RL training: success rate of rollout episodes",
+    mark_stages: bool = True,
 ) -> Path:
+    """One curve per run (moving average over ``window`` logs). With ``mark_stages`` the curriculum stages of the
+    first run that has several are shaded and named, and every curve restarts at a stage change (per-stage success)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, history in runs.items():
-        points = [(h["step"], h[key]) for h in history if key in h and "step" in h]
-        if not points:
-            continue
-        steps, values = zip(*points, strict=True)
-        ax.plot(steps, _smooth(values, window), label=name)
-        stage_changes = [
-            h["step"]
-            for a, h in zip(history, history[1:], strict=False)
-            if "curriculum/stage" in h
-            and "curriculum/stage" in a
-            and h["curriculum/stage"] != a["curriculum/stage"]
-        ]
-        for s in stage_changes:
-            ax.axvline(s, color="grey", alpha=0.15, lw=1)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    all_spans = {name: stage_spans(history) if mark_stages else [] for name, history in runs.items()}
+    reference = next((spans for spans in all_spans.values() if len(spans) > 1), [])
+    last_step = 0.0
+    for i, (name, history) in enumerate(runs.items()):
+        spans = all_spans[name]
+        segments = _segments(history, key, spans)
+        color = f"C{i % 10}"
+        label = name
+        if reference and len(spans) == 1 and spans[0].name and spans[0].name != "all":
+            label = f"{name} ({spans[0].name} only)"  # e.g. the run without a curriculum
+        for j, (steps, values) in enumerate(segments):
+            ax.plot(steps, _smooth(values, window), color=color, label=label if j == 0 else None)
+            last_step = max(last_step, steps[-1])
+        starts = [s.first_step for s in spans]
+        if len(spans) > 1 and spans is not reference and starts != [s.first_step for s in reference]:
+            for span in spans[1:]:  # this run's own stage changes, where they differ from the shaded ones
+                ax.axvline(span.first_step, color=color, alpha=0.5, lw=1, ls=":")
+    if reference:
+        _mark_stages(ax, reference, last_step)
+        title += "\n(shaded: curriculum stages, easy to hard; each curve restarts per stage)"
     ax.set_xlabel("optimizer step")
     ax.set_ylabel(f"{key} (moving average, {window} logs)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title)
+    if "rate" in key:
+        ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     return _save(fig, ax, path)
 
@@ -124,32 +229,163 @@ def plot_success_bars(
     return _save(fig, ax, path)
 
 
+def plot_seed_bars(
+    rows: Sequence[Mapping[str, Any]],
+    seeds: Sequence[int],
+    path: str | Path,
+    decoding: str = "greedy",
+    title: str = "Held-out success, pooled over seeds (95 % Wilson CI); dots: each seed",
+) -> Path:
+    """Grouped bars of pooled success (``reflect-trl reproduce`` rows) with every seed's rate drawn as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    chosen = [r for r in rows if r["decoding"] == decoding]
+    if not chosen:
+        raise ValueError(f"no rows with decoding {decoding!r}")
+    stages = list(dict.fromkeys(r["stage"] for r in chosen))
+    configs = list(dict.fromkeys(r["configuration"] for r in chosen))
+    width = 0.8 / len(configs)
+    fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(stages) * len(configs) / 2), 4.5))
+    markers = "os^Dv<>ph"
+    for i, conf in enumerate(configs):
+        xs, ys, lo, hi = [], [], [], []
+        for j, stage in enumerate(stages):
+            r = next((x for x in chosen if x["configuration"] == conf and x["stage"] == stage), None)
+            if r is None:
+                continue
+            x = j + (i - (len(configs) - 1) / 2) * width
+            xs.append(x)
+            ys.append(r["success_rate"])
+            lo.append(max(0.0, r["success_rate"] - r["ci_low"]))
+            hi.append(max(0.0, r["ci_high"] - r["success_rate"]))
+            for k, rate in enumerate(r["per_seed"]):
+                ax.plot(x, rate, markers[k % len(markers)], color="black", ms=3, alpha=0.7)
+        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=conf, alpha=0.85)
+    ax.set_xticks(range(len(stages)), stages)
+    ax.set_ylabel(f"success rate ({decoding})")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title + f"; seeds {', '.join(map(str, seeds))}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, ax, path)
+
+
+def _read_runs(spec: str) -> dict[str, list[dict[str, Any]]]:
+    """``name=dir,name=dir`` (or a JSON object ``{"name": "dir"}``) -> each run's log history."""
+    from reflect_trl.errors import MissingPathError, UsageError
+
+    text = spec.strip()
+    if text.startswith("{"):
+        try:
+            pairs = [(str(k), str(v)) for k, v in json.loads(text).items()]
+        except (json.JSONDecodeError, AttributeError) as err:
+            raise UsageError(f"--runs {spec!r} is not a JSON object of name: run_dir ({err})") from None
+    else:
+        pairs = []
+        for item in (part.strip() for part in text.split(",") if part.strip()):
+            name, sep, run_dir = item.partition("=")
+            if not sep or not name or not run_dir:
+                raise UsageError(
+                    f"--runs item {item!r} is not name=run_dir (e.g. reflect=outputs/taxi/cpu/rl)"
+                )
+            pairs.append((name, run_dir))
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--runs names must be distinct, got {names}")
+    runs = {}
+    for name, run_dir in pairs:
+        if not Path(run_dir).is_dir():
+            raise MissingPathError(
+                f"--runs {name}={run_dir}: the directory does not exist (an RL output_dir)"
+            )
+        try:
+            runs[name] = load_log_history(run_dir)
+        except FileNotFoundError as err:
+            raise MissingPathError(
+                f"--runs {name}={run_dir}: {err} (is it the output_dir of `reflect-trl rl`?)"
+            ) from None
+        except json.JSONDecodeError as err:
+            raise UsageError(f"--runs {name}={run_dir}: unreadable log history ({err})") from None
+    return runs
+
+
+def _read_eval(path: str, decoding: str) -> list[dict[str, Any]]:
+    from reflect_trl.errors import MissingPathError, UsageError
+
+    if not Path(path).is_file():
+        raise MissingPathError(
+            f"--eval {path!r} does not exist (the results.json written by `reflect-trl eval`)"
+        )
+    try:
+        results = json.loads(Path(path).read_text())["results"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UsageError(f"--eval {path}: not a results.json of `reflect-trl eval` ({err})") from None
+    decodings = sorted({r.get("decoding") for r in results})
+    if decoding not in decodings:
+        raise UsageError(f"--decoding {decoding!r}: {path} has results for {decodings}")
+    return results
+
+
 def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:
     """``reflect-trl plot --runs name=outputs/x/rl,... --eval outputs/eval/results.json --output_dir outputs/plots``"""
-    parser = argparse.ArgumentParser(prog="reflect-trl plot", description=__doc__)
-    parser.add_argument(
-        "--runs", default="", help="comma-separated name=run_dir pairs (RL output directories)"
+    from reflect_trl.errors import UsageError
+
+    parser = argparse.ArgumentParser(
+        prog="reflect-trl plot",
+        description="Learning curves of RL runs (curriculum stages shaded and named) and held-out success bars "
+        "with 95 % Wilson intervals from `reflect-trl eval` results.",
     )
-    parser.add_argument("--eval", default=None, help="results.json written by `reflect-trl eval`")
-    parser.add_argument("--decoding", default="greedy")
-    parser.add_argument("--key", default="env/success_rate")
-    parser.add_argument("--output_dir", default="outputs/plots")
+    parser.add_argument(
+        "--runs",
+        default="",
+        help="RL runs to compare: comma-separated name=run_dir pairs (each an output_dir of `reflect-trl rl`), e.g. "
+        "reflect=outputs/taxi/cpu/rl,plain=outputs/taxi/cpu/rl_plain -> learning_curves.png",
+    )
+    parser.add_argument(
+        "--eval", default=None, help="results.json written by `reflect-trl eval` -> success_bars.png"
+    )
+    parser.add_argument(
+        "--decoding",
+        default="greedy",
+        help="decoding of the success bars: greedy or sampled (default: greedy)",
+    )
+    parser.add_argument(
+        "--key",
+        default="env/success_rate",
+        help="logged metric of the learning curves (default: env/success_rate)",
+    )
+    parser.add_argument("--window", type=int, default=5, help="moving-average window in logs (default: 5)")
+    parser.add_argument("--no_stages", action="store_true", help="do not mark the curriculum stages")
+    parser.add_argument(
+        "--output_dir", default="outputs/plots", help="where the PNGs go (default: outputs/plots)"
+    )
     args = parser.parse_args(argv)
     if not args.runs and not args.eval:
         parser.error("give --runs and/or --eval")
-    written = []
-    if args.runs:
-        runs = {}
-        for item in args.runs.split(","):
-            name, sep, run_dir = item.partition("=")
-            if not sep:
-                parser.error(f"--runs item {item!r} is not name=dir")
-            runs[name] = load_log_history(run_dir)
-        written.append(
-            plot_learning_curves(runs, Path(args.output_dir) / "learning_curves.png", key=args.key)
+    if args.window < 1:
+        parser.error(f"--window must be >= 1, got {args.window}")
+    # Read and check every input before writing anything.
+    runs = _read_runs(args.runs) if args.runs else {}
+    if runs and not any(args.key in h for history in runs.values() for h in history):
+        keys = sorted(
+            {k for history in runs.values() for h in history for k in h if isinstance(h[k], int | float)}
         )
-    if args.eval:
-        results = json.loads(Path(args.eval).read_text())["results"]
+        raise UsageError(f"--key {args.key!r} was not logged by any run; logged keys: {keys}")
+    results = _read_eval(args.eval, args.decoding) if args.eval else None
+    written = []
+    if runs:
+        written.append(
+            plot_learning_curves(
+                runs,
+                Path(args.output_dir) / "learning_curves.png",
+                key=args.key,
+                window=args.window,
+                mark_stages=not args.no_stages,
+            )
+        )
+    if results is not None:
         written.append(
             plot_success_bars(results, Path(args.output_dir) / "success_bars.png", decoding=args.decoding)
         )

@@ -218,6 +218,6 @@ def label_token_ids(tokenizer, labels: Sequence[str] = DEFAULT_LABELS, cue: str 
         raise ValueError(
             f"option labels {bad} are not single, distinct tokens of tokenizer {name!r} "
             f"({type(tokenizer).__name__}) after the action cue {cue!r}; choose other labels "
-            "(e.g. `labels: ABCDEFGH`) or a tokenizer that has them"
+            "(e.g. `option_labels: ABCDEFGH`) or a tokenizer that has them"
         )
     return ids

@@ -42,7 +42,7 @@ from reflect_trl.prompts import (
     reflection_prompt,
     with_stop,
 )
-from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.reflection.player import ReflectionPlayer
 from reflect_trl.seeding import derive_seed
 
 # ``left_pad``, ``position_ids_from_mask`` (reflect_trl.batching) and ``derive_seed`` (reflect_trl.seeding) stay
@@ -268,7 +268,7 @@ class RolloutEngine:
         self,
         env_name: str,
         policy: Actor,
-        reflection: ReflectionModel | None = None,
+        reflection: ReflectionPlayer | None = None,
         env_kwargs: dict[str, Any] | None = None,
         shuffle_options: bool = False,
         max_prompt_length: int | None = None,
@@ -288,6 +288,7 @@ class RolloutEngine:
         self._shared_vocab = (
             reflection is not None
             and self.tokenizer is not None
+            and reflection.tokenizer is not None  # a served player may have no local tokenizer
             and (
                 reflection.tokenizer is self.tokenizer
                 or reflection.tokenizer.get_vocab() == self.tokenizer.get_vocab()

@@ -1,7 +1,13 @@
 """Environment registry: ``make_env("taxi", horizon=15)``.
 
 Environments are registered by import path so that optional extras (TextWorld, ALFWorld) cost nothing
-until they are used.
+until they are used. Three sources, in order of precedence:
+
+1. the built-in environments below;
+2. :func:`register_env` calls in the running process;
+3. installed distributions that declare an entry point in the group ``reflect_trl.envs``
+   (``name = "module:Class"``, see :mod:`reflect_trl.envs.entry_points` and ``docs/custom_environment.md``),
+   read lazily. A name taken by 1. or 2. is ignored with a warning.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import importlib
 from typing import Any
 
 from reflect_trl.envs.base import SPLITS, Observation, StepResult, Task, TextEnv, split_seed
+from reflect_trl.envs.entry_points import ENV_GROUP, Plugin, PluginLoadError, plugins_without
 
 # name -> "module:Class"
 _REGISTRY: dict[str, str] = {
@@ -27,16 +34,40 @@ def register_env(name: str, target: str | type[TextEnv]) -> None:
     _REGISTRY[name] = target
 
 
+def _entry_point_envs() -> dict[str, Plugin]:
+    """Installed ``reflect_trl.envs`` entry points whose names are not registered otherwise."""
+    return plugins_without(ENV_GROUP, _REGISTRY, "environment")
+
+
 def list_envs() -> list[str]:
-    return sorted(_REGISTRY)
+    """Names of the built-in, registered and installed (entry point) environments."""
+    return sorted(set(_REGISTRY) | set(_entry_point_envs()))
 
 
 def get_env_class(name: str) -> type[TextEnv]:
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown environment {name!r}; known environments: {list_envs()}")
-    module_name, _, attr = _REGISTRY[name].partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr)
+    """The environment class registered as ``name`` (importing its module now).
+
+    Raises ``KeyError`` for an unknown name and :class:`~reflect_trl.envs.entry_points.PluginLoadError` (an
+    ``ImportError``) naming the distribution and entry point when an installed environment fails to load."""
+    if name in _REGISTRY:
+        module_name, _, attr = _REGISTRY[name].partition(":")
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    plugin = _entry_point_envs().get(name)
+    if plugin is None:
+        raise KeyError(
+            f"unknown environment {name!r}; known environments: {list_envs()} (an installed package adds one "
+            f"through the entry-point group '{ENV_GROUP}', see docs/custom_environment.md)"
+        )
+    cls = plugin.load()
+    if not (isinstance(cls, type) and issubclass(cls, TextEnv)):
+        raise plugin.error(f"names {cls!r}, which is not a subclass of reflect_trl.envs.TextEnv")
+    if cls.name != name:
+        raise plugin.error(
+            f"loads {cls.__qualname__}, whose name is {cls.name!r}: the entry point must be named like the "
+            "class's `name` attribute (tasks and data record it)"
+        )
+    return cls
 
 
 def make_env(name: str, **kwargs: Any) -> TextEnv:
@@ -47,6 +78,7 @@ def make_env(name: str, **kwargs: Any) -> TextEnv:
 __all__ = [
     "SPLITS",
     "Observation",
+    "PluginLoadError",
     "StepResult",
     "Task",
     "TextEnv",

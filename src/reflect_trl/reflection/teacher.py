@@ -16,17 +16,12 @@ requests at once and returns results in input order.
 from __future__ import annotations
 
 import hashlib
-import http.client
-import ipaddress
 import json
 import logging
 import os
 import random
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,11 +29,10 @@ from typing import Any
 
 from reflect_trl.prompts import clean_reflection
 from reflect_trl.reflection.base import ReflectionContext
+from reflect_trl.reflection.endpoint import RETRYABLE_STATUSES, OpenAIEndpoint
 
 logger = logging.getLogger(__name__)
 
-#: HTTP statuses worth retrying: the server is up but busy or failing transiently.
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
 MAX_REFLECTION_WORDS = 60
 
 SYSTEM_PROMPT = (
@@ -109,17 +103,6 @@ def request_key(payload: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class TeacherReflector:
     """Reflections written by an OpenAI-compatible chat endpoint (implements the ``Reflector`` protocol).
 
@@ -149,27 +132,27 @@ class TeacherReflector:
         request_seed: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
-        parsed = urllib.parse.urlparse(base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ValueError(
-                f"teacher base_url {base_url!r} must be an http(s) URL such as http://127.0.0.1:8000/v1"
-            )
-        if not model:
-            raise ValueError("teacher model name must be non-empty")
         if max_tokens < 1:
             raise ValueError(f"teacher max_tokens must be >= 1, got {max_tokens}")
-        if timeout <= 0:
-            raise ValueError(f"teacher timeout must be > 0 seconds, got {timeout}")
-        if max_retries < 0:
-            raise ValueError(f"teacher max_retries must be >= 0, got {max_retries}")
         if max_concurrency < 1:
             raise ValueError(f"teacher max_concurrency must be >= 1, got {max_concurrency}")
-        if backoff_base < 0 or backoff_max < 0:
-            raise ValueError(
-                f"teacher backoff_base/backoff_max must be >= 0, got {backoff_base}/{backoff_max}"
-            )
-        self.base_url = base_url.rstrip("/")
-        self.url = f"{self.base_url}/chat/completions"
+        self.endpoint = OpenAIEndpoint(
+            base_url,
+            "chat/completions",
+            model,
+            what="teacher",
+            api_key_env=api_key_env,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            max_concurrency=max_concurrency,
+            seed=seed,
+            unavailable_error=TeacherUnavailableError,
+            request_error=TeacherRequestError,
+        )
+        self.base_url = self.endpoint.base_url
+        self.url = self.endpoint.url
         self.model = model
         self.api_key_env = api_key_env
         self.temperature = temperature
@@ -183,13 +166,13 @@ class TeacherReflector:
         self.max_concurrency = max_concurrency
         self.request_seed = request_seed
         self.extra_body = dict(extra_body or {})
-        self.stats = {"requests": 0, "cache_hits": 0, "retries": 0}
-        self._jitter_rng = random.Random(seed)
+        self._cache_hits = 0
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(max_concurrency)
-        # Loopback servers are never reached through an HTTP proxy from the environment.
-        handlers = [urllib.request.ProxyHandler({})] if _is_loopback(parsed.hostname) else []
-        self._opener = urllib.request.build_opener(*handlers)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Requests sent (every attempt), cache hits and retries so far."""
+        return {**self.endpoint.stats, "cache_hits": self._cache_hits}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TeacherReflector:
@@ -231,7 +214,7 @@ class TeacherReflector:
             else:
                 texts[key] = cached
                 with self._lock:
-                    self.stats["cache_hits"] += 1
+                    self._cache_hits += 1
         if len(missing) == 1:
             ((key, payload),) = missing.items()
             texts[key] = self._complete(key, payload)
@@ -264,87 +247,10 @@ class TeacherReflector:
         return body
 
     def _complete(self, key: str, payload: dict[str, Any]) -> str:
-        response = self._post_with_retries(payload)
+        response = self.endpoint.post(payload)
         text = self._content_of(response)
         self._cache_put(key, payload, text)
         return text
-
-    def _post_with_retries(self, payload: dict[str, Any]) -> dict[str, Any]:
-        data = json.dumps(payload).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        api_key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        attempts = self.max_retries + 1
-        last_error = ""
-        for attempt in range(attempts):
-            retry_after: float | None = None
-            try:
-                with self._slots:
-                    with self._lock:
-                        self.stats["requests"] += 1
-                    request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-                    with self._opener.open(request, timeout=self.timeout) as response:
-                        body = response.read()
-                return self._parse_json(body)
-            except urllib.error.HTTPError as err:
-                detail = _error_body(err)
-                if err.code not in RETRYABLE_STATUSES and err.code < 500:
-                    raise TeacherRequestError(self._rejection_message(err.code, detail)) from err
-                last_error = f"HTTP {err.code}: {detail}"
-                retry_after = _retry_after_seconds(err)
-            except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
-                reason = getattr(err, "reason", err)
-                last_error = f"{type(reason).__name__}: {reason}"
-            if attempt + 1 < attempts:
-                delay = self._backoff(attempt, retry_after)
-                logger.warning(
-                    "teacher request to %s failed (%s); retry %d/%d in %.2fs",
-                    self.url,
-                    last_error,
-                    attempt + 1,
-                    self.max_retries,
-                    delay,
-                )
-                with self._lock:
-                    self.stats["retries"] += 1
-                time.sleep(delay)
-        raise TeacherUnavailableError(
-            f"teacher endpoint {self.base_url} (POST {self.url}, model {self.model!r}) failed after {attempts} "
-            f"attempt(s) (max_retries={self.max_retries}, timeout={self.timeout}s); last error: {last_error}. "
-            "Check that the server is running and reachable, or raise max_retries/timeout."
-        )
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        with self._lock:
-            jitter = self._jitter_rng.random()
-        delay = min(self.backoff_max, self.backoff_base * (2**attempt)) * (0.5 + jitter)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.backoff_max))
-        return delay
-
-    def _rejection_message(self, status: int, detail: str) -> str:
-        hint = ""
-        if status in (401, 403):
-            hint = f" Is the API key in ${self.api_key_env} set and valid?"
-        elif status == 404:
-            hint = (
-                f" Is base_url right (it should end in /v1) and does the server serve model {self.model!r}?"
-            )
-        return f"teacher endpoint {self.url} rejected the request with HTTP {status}: {detail}.{hint}"
-
-    def _parse_json(self, body: bytes) -> dict[str, Any]:
-        try:
-            parsed = json.loads(body)
-        except ValueError as err:
-            raise TeacherRequestError(
-                f"teacher endpoint {self.url} answered with non-JSON: {body[:200]!r}"
-            ) from err
-        if not isinstance(parsed, dict):
-            raise TeacherRequestError(
-                f"teacher endpoint {self.url} answered with {type(parsed).__name__}, not an object"
-            )
-        return parsed
 
     def _content_of(self, response: Mapping[str, Any]) -> str:
         try:
@@ -387,23 +293,8 @@ class TeacherReflector:
         os.replace(tmp, path)
 
 
-def _error_body(err: urllib.error.HTTPError) -> str:
-    try:
-        text = err.read().decode("utf-8", "replace")
-    except OSError:
-        text = ""
-    return " ".join(text.split())[:300] or str(err.reason)
-
-
-def _retry_after_seconds(err: urllib.error.HTTPError) -> float | None:
-    value = err.headers.get("Retry-After") if err.headers is not None else None
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
 __all__ = [
+    "RETRYABLE_STATUSES",
     "SYSTEM_PROMPT",
     "TeacherError",
     "TeacherReflector",

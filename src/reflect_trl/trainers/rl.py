@@ -45,7 +45,8 @@ from reflect_trl.batching import left_pad, position_ids_from_mask
 from reflect_trl.curriculum import Curriculum
 from reflect_trl.envs import Task, get_env_class, make_env
 from reflect_trl.prompts import resolve_option_labels, write_option_labels
-from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.reflection.player import ReflectionPlayer, make_reflection_player
+from reflect_trl.reflection.remote import ReflectionServerError
 from reflect_trl.replay import ReplayBuffer, ReplayTurn
 from reflect_trl.rollout import Episode, PolicyActor, RolloutEngine, episode_metrics
 from reflect_trl.seeding import derive_seed
@@ -158,18 +159,33 @@ class ReflectPPOTrainer(GRPOTrainer):
             unwrapped.add_module("reflect_value_head", head.to(next(unwrapped.parameters()).device))
             self.value_head = head
 
-        # Frozen reflection player.
-        self.reflection = None
-        if reflection_model is not None:
+        # Frozen reflection player: in this process (hf) or behind an inference server (openai).
+        self.reflection: ReflectionPlayer | None = None
+        if args.reflection_backend == "openai":
+            self.reflection = make_reflection_player(
+                "openai",
+                tokenizer=reflection_tokenizer,
+                max_new_tokens=args.reflection_max_new_tokens,
+                temperature=args.reflection_temperature,
+                base_url=args.reflection_base_url,
+                model_name=args.reflection_server_model or args.reflection_model_name_or_path,
+                api_key_env=args.reflection_api_key_env,
+                concurrency=args.reflection_concurrency,
+                timeout=args.reflection_timeout,
+                max_retries=args.reflection_max_retries,
+                seed=derive_seed(args.seed, "reflection", self.accelerator.process_index),
+            )
+        elif reflection_model is not None:
             if (
                 getattr(reflection_model, "hf_device_map", None) is None
                 and not getattr(reflection_model, "is_loaded_in_8bit", False)
                 and not getattr(reflection_model, "is_loaded_in_4bit", False)
             ):
                 reflection_model.to(args.reflection_device or self.accelerator.device)
-            self.reflection = ReflectionModel(
-                reflection_model,
-                reflection_tokenizer or self._tokenizer,
+            self.reflection = make_reflection_player(
+                "hf",
+                model=reflection_model,
+                tokenizer=reflection_tokenizer or self._tokenizer,
                 max_new_tokens=args.reflection_max_new_tokens,
                 temperature=args.reflection_temperature,
             )
@@ -214,6 +230,13 @@ class ReflectPPOTrainer(GRPOTrainer):
             )
         self._engine.policy = actor
         return self._engine
+
+    def _episode_seeds(self, groups: list[int]) -> list[int]:
+        """Environment seeds of a rollout's episodes. The episodes of one task share theirs (e.g. AutoExplore's
+        leave-out augmentation), so a group compares the policy's choices on one problem instance; their actions are
+        still sampled independently."""
+        rank = self.accelerator.process_index
+        return [derive_seed(self.args.seed, rank, self._rollouts, g) for g in groups]
 
     def _draw_tasks(self, n_tasks: int) -> list[Task]:
         pool = self._pools[self.curriculum.stage]
@@ -260,21 +283,25 @@ class ReflectPPOTrainer(GRPOTrainer):
             self._advance_curriculum()
         stage = self.curriculum.stage
         stage_index = self.curriculum.stage_index
+        task_rng_state = self._task_rng.getstate()
         tasks = [t for t in self._draw_tasks(n_tasks) for _ in range(k)]
         groups = [g for g in range(n_tasks) for _ in range(k)]
-        rank = self.accelerator.process_index
-        # The episodes of one task share their environment seed (e.g. AutoExplore's leave-out augmentation), so a
-        # group compares the policy's choices on one problem instance; their actions are still sampled independently.
-        seeds = [derive_seed(self.args.seed, rank, self._rollouts, g) for g in groups]
+        seeds = self._episode_seeds(groups)
 
         start = time.perf_counter()
+        failure: ReflectionServerError | None = None
         with unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation
         ) as unwrapped:
             was_training = unwrapped.training
             unwrapped.eval()
-            episodes = self._rollout_engine(unwrapped).run(tasks, seeds, groups)
+            try:
+                episodes = self._rollout_engine(unwrapped).run(tasks, seeds, groups)
+            except ReflectionServerError as err:
+                failure = err
             unwrapped.train(was_training)
+        if self.args.reflection_backend == "openai":
+            self._stop_on_server_failure(failure, task_rng_state)
         rollout_seconds = time.perf_counter() - start
 
         advantages, value_targets = self._turn_advantages(episodes)
@@ -370,6 +397,25 @@ class ReflectPPOTrainer(GRPOTrainer):
         self._log_rollout(mode, stage, episodes, rollout_seconds, n_real)
         self._rollouts += 1
         return batch
+
+    def _stop_on_server_failure(self, failure: ReflectionServerError | None, task_rng_state: Any) -> None:
+        """If the reflection server failed on any process, every process writes the checkpoint of the last finished
+        step (as if this rollout had not started) and the run ends with an error naming the URL and the checkpoint."""
+        failed = torch.tensor(0.0 if failure is None else 1.0, device=self.accelerator.device)
+        if self.accelerator.reduce(failed, reduction="sum").item() == 0:
+            return
+        self._task_rng.setstate(task_rng_state)
+        self._save_checkpoint(self.model, trial=None)
+        checkpoint = (
+            Path(self._get_output_dir(trial=None)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
+        where = f"{failure} " if failure is not None else "(on another process) "
+        raise ReflectionServerError(
+            f"reflection server failed at global step {self.state.global_step}: {where}-- the state after the last "
+            f"finished step is saved in {checkpoint}; restart the server and resume with "
+            f"--resume_from_checkpoint {checkpoint}",
+            url=getattr(failure, "url", None) or self.args.reflection_base_url,
+        ) from failure
 
     def _prepare_inputs(
         self, generation_batch: dict[str, torch.Tensor | Any]
@@ -638,6 +684,20 @@ class ReflectPPOTrainer(GRPOTrainer):
             if self.value_head is not None:
                 torch.save(self.value_head.state_dict(), out / VALUE_HEAD_FILE)
 
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+    ) -> None:
+        """A Reflect-RL card (:mod:`reflect_trl.trainers.model_card`): base model, environment, reflection model,
+        paper, how to act with the policy, rollout success per curriculum stage."""
+        if not self.is_world_process_zero():
+            return
+        from reflect_trl.trainers.model_card import rl_card_facts, write_model_card
+
+        write_model_card(rl_card_facts(self, model_name, tags), self.args.output_dir)
+
 
 def tasks_to_dataset(tasks: list[Task]) -> Dataset:
     """The RL train dataset: one row per task (``prompt`` = task id, ``task`` = the task as JSON)."""
@@ -660,45 +720,53 @@ def run_rl(argv: list[str] | None = None) -> ReflectPPOTrainer:
     from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
     from reflect_trl.models import load_causal_lm, load_tokenizer, quantization_config
+    from reflect_trl.recipe_cli import parse_recipe
     from reflect_trl.tracking import configure_tracking
+    from reflect_trl.trainers.rl_inputs import RL_DESCRIPTION, check_rl_inputs
+    from reflect_trl.validation import removed_on_failure
 
     parser = TrlParser((ReflectPPOConfig, ModelConfig), prog="reflect-trl rl")
-    args, model_args = parser.parse_args_and_config(argv)
-    if not model_args.model_name_or_path:
-        parser.error("--model_name_or_path is required (a hub id or a local directory)")
-    configure_tracking(args.report_to, args.output_dir)
-    tokenizer = load_tokenizer(model_args.model_name_or_path)
-    policy = load_causal_lm(
-        model_args.model_name_or_path,
-        dtype=model_args.dtype or "auto",
-        quantization=get_quantization_config(model_args),
-        trainable=True,
-    )
-    peft_config = None if hasattr(policy, "peft_config") else get_peft_config(model_args)
-    reflection_model = reflection_tokenizer = None
-    if args.reflection_model_name_or_path:
-        reflection_tokenizer = load_tokenizer(args.reflection_model_name_or_path)
-        reflection_model = load_causal_lm(
-            args.reflection_model_name_or_path,
-            dtype=args.reflection_dtype,
-            trainable=False,
-            merge_adapter=True,
-            quantization=quantization_config(args.reflection_load_in_8bit, args.reflection_load_in_4bit),
+    args, model_args = parse_recipe(parser, argv, "rl", RL_DESCRIPTION, own=(ReflectPPOConfig,))
+    tokenizer = check_rl_inputs(args, model_args)  # before anything is written
+    with removed_on_failure(args.output_dir):  # a setup that still fails leaves no output directory
+        configure_tracking(args.report_to, args.output_dir)
+        policy = load_causal_lm(
+            model_args.model_name_or_path,
+            dtype=model_args.dtype or "auto",
+            quantization=get_quantization_config(model_args),
+            trainable=True,
         )
-    trainer = ReflectPPOTrainer(
-        model=policy,
-        args=args,
-        train_dataset=tasks_to_dataset(build_train_tasks(args)),
-        processing_class=tokenizer,
-        reflection_model=reflection_model,
-        reflection_tokenizer=reflection_tokenizer,
-        peft_config=peft_config,
-    )
+        peft_config = None if hasattr(policy, "peft_config") else get_peft_config(model_args)
+        reflection_model = reflection_tokenizer = None
+        if args.reflection_backend == "openai":
+            # The server runs the model; a local tokenizer (when the model is a local dir or hub id) only lets the
+            # rollout reuse prompt ids and truncate prompts.
+            if args.reflection_model_name_or_path:
+                reflection_tokenizer = load_tokenizer(args.reflection_model_name_or_path)
+        elif args.reflection_model_name_or_path:
+            reflection_tokenizer = load_tokenizer(args.reflection_model_name_or_path)
+            reflection_model = load_causal_lm(
+                args.reflection_model_name_or_path,
+                dtype=args.reflection_dtype,
+                trainable=False,
+                merge_adapter=True,
+                quantization=quantization_config(args.reflection_load_in_8bit, args.reflection_load_in_4bit),
+            )
+        trainer = ReflectPPOTrainer(
+            model=policy,
+            args=args,
+            train_dataset=tasks_to_dataset(build_train_tasks(args)),
+            processing_class=tokenizer,
+            reflection_model=reflection_model,
+            reflection_tokenizer=reflection_tokenizer,
+            peft_config=peft_config,
+        )
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(args.output_dir)
         write_log_history(trainer)
+    trainer.create_model_card(model_name=Path(args.output_dir).name)
     shutdown_distributed()
     return trainer
 

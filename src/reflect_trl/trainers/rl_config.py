@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from reflect_trl import rl_math
+from reflect_trl.config_lists import parse_int_list, parse_list
 from reflect_trl.prompts import parse_option_labels
 
 #: The one loss this trainer implements (``rl_math.turn_losses``): PPO's clipped surrogate per turn, normalised by
@@ -53,16 +54,6 @@ _UNSUPPORTED_GRPO_OPTIONS: tuple[tuple[str, object, str], ...] = (
 )
 
 
-def _list_of_str(value: list[str] | str | None) -> list[str] | None:
-    """A list option given as a YAML/JSON list or as a comma-separated string."""
-    if value is None or isinstance(value, list):
-        return value
-    text = str(value).strip()
-    if text.startswith("["):
-        return [str(v) for v in json.loads(text)]
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 @dataclass
 class ReflectPPOConfig(GRPOConfig):
     """GRPOConfig plus the Reflect-RL knobs. Batch semantics: each process runs
@@ -73,6 +64,13 @@ class ReflectPPOConfig(GRPOConfig):
     disable_dropout: bool = field(
         default=True,
         metadata={"help": "Disable dropout so rollout and training log-probs agree (PPO ratio = 1)."},
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of activation_checkpointing (transformers 5.24); default: activation "
+            "checkpointing on, as in TRL."
+        },
     )
     loss_type: str = field(
         default=LOSS_TYPE,
@@ -116,6 +114,37 @@ class ReflectPPOConfig(GRPOConfig):
     reflection_device: str | None = field(
         default=None,
         metadata={"help": "Device of the reflection model (default: the policy's, e.g. cuda:1)."},
+    )
+    reflection_backend: str = field(
+        default="hf",
+        metadata={
+            "help": "hf: the reflection model runs in this process; openai: an OpenAI-compatible completions server "
+            "(vLLM, SGLang, TGI, transformers serve) runs it (docs/serving.md)."
+        },
+    )
+    reflection_base_url: str | None = field(
+        default=None,
+        metadata={"help": "openai backend: the server's base URL, e.g. http://127.0.0.1:8000/v1."},
+    )
+    reflection_server_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "openai backend: the served model's name (default: reflection_model_name_or_path)."
+        },
+    )
+    reflection_api_key_env: str = field(
+        default="REFLECT_TRL_REFLECTION_API_KEY",
+        metadata={
+            "help": "openai backend: environment variable holding the API key (never put keys in recipes)."
+        },
+    )
+    reflection_concurrency: int = field(
+        default=32, metadata={"help": "openai backend: requests in flight per process."}
+    )
+    reflection_timeout: float = field(default=60.0, metadata={"help": "openai backend: seconds per request."})
+    reflection_max_retries: int = field(
+        default=3,
+        metadata={"help": "openai backend: retries of a failed request (then the run stops cleanly)."},
     )
     advantage_estimator: str = field(
         default="rloo", metadata={"help": "reinforce | rloo | gae | gigpo (reflect_trl.rl_math)"}
@@ -174,6 +203,22 @@ class ReflectPPOConfig(GRPOConfig):
             raise ValueError(f"env_kwargs must be a mapping, got {self.env_kwargs!r}")
         if self.reflection_model_name_or_path in ("", "none", "None"):
             self.reflection_model_name_or_path = None
+        from reflect_trl.reflection.player import REFLECTION_BACKENDS
+
+        if self.reflection_backend not in REFLECTION_BACKENDS:
+            raise ValueError(
+                f"reflection_backend={self.reflection_backend!r}; choose one of {REFLECTION_BACKENDS}"
+            )
+        if self.reflection_backend == "openai":
+            if not self.reflection_base_url:
+                raise ValueError(
+                    "reflection_backend='openai' needs reflection_base_url (e.g. http://127.0.0.1:8000/v1)"
+                )
+            if not (self.reflection_server_model or self.reflection_model_name_or_path):
+                raise ValueError(
+                    "reflection_backend='openai' needs the served model's name: reflection_server_model "
+                    "(or reflection_model_name_or_path)"
+                )
         if self.advantage_estimator not in rl_math.ADVANTAGE_ESTIMATORS:
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r}; choose one of {rl_math.ADVANTAGE_ESTIMATORS}"
@@ -206,9 +251,10 @@ class ReflectPPOConfig(GRPOConfig):
         self.max_completion_length = 1
         labels = parse_option_labels(self.option_labels)
         self.option_labels = None if labels is None else ",".join(labels)
-        self.curriculum_stages = _list_of_str(self.curriculum_stages)
-        starts = _list_of_str(self.curriculum_stage_starts)  # type: ignore[arg-type]
-        self.curriculum_stage_starts = None if starts is None else [int(s) for s in starts]
+        self.curriculum_stages = parse_list(self.curriculum_stages, "curriculum_stages")
+        self.curriculum_stage_starts = parse_int_list(self.curriculum_stage_starts, "curriculum_stage_starts")
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True  # TRL's default, without its deprecated name
         if self.reinforce_baseline not in ("none", "batch"):
             raise ValueError(f"reinforce_baseline={self.reinforce_baseline!r}; choose 'none' or 'batch'")
         if not 0.0 <= self.gamma <= 1.0:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflect_trl.errors import UsageError, describe, usage_errors
 from reflect_trl.prompts import resolve_option_labels
 from reflect_trl.tracking import configure_tracking
 from reflect_trl.trainers.curriculum_sampler import CurriculumOrderedSampler, stage_order
@@ -30,6 +31,7 @@ from reflect_trl.trainers.sft_metrics import (
     spread_indices,
 )
 from reflect_trl.trainers.sft_trainer import ReflectSFTTrainer
+from reflect_trl.validation import check_env, check_label_tokens, check_model_path, removed_on_failure
 
 logger = logging.getLogger(__name__)
 
@@ -120,34 +122,66 @@ def resolve_sft_labels(
     return labels
 
 
+def prepare_sft(script_args: ReflectSFTScriptArguments, training_args: ReflectSFTConfig, model_args):
+    """Check the input of ``reflect-trl sft`` before anything is written: the model path, the environment, the
+    option labels against the tokenizer, the data and its fit to ``role``. Returns (tokenizer, train, eval data);
+    raises :class:`~reflect_trl.errors.UsageError`."""
+    from transformers import AutoTokenizer
+
+    if model_args.model_name_or_path is None:
+        raise UsageError(
+            "model_name_or_path is required (a hub id or a local directory such as models/tiny-gpt2)"
+        )
+    check_model_path(model_args.model_name_or_path, "model_name_or_path")
+    if not script_args.dataset_path:
+        raise UsageError(
+            "dataset_path is required (e.g. data/taxi/policy_reflect or data/taxi/policy_reflect.jsonl)"
+        )
+    if script_args.env_name:
+        env = check_env(script_args.env_name)
+        if training_args.curriculum_order and not training_args.stages:
+            training_args.stages = list(env.stages)
+    with usage_errors("option_labels"):
+        resolve_sft_labels(script_args, training_args)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            trust_remote_code=training_args.trust_remote_code,
+        )
+    except (OSError, ValueError) as err:
+        raise UsageError(
+            f"model_name_or_path {model_args.model_name_or_path!r}: cannot load its tokenizer "
+            f"({describe(err).splitlines()[0]})"
+        ) from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if training_args.role == "policy":
+        check_label_tokens(tokenizer, training_args.labels, "option_labels")
+    with usage_errors():
+        train_dataset, eval_dataset = _load_data(script_args)
+        check_sft_dataset(train_dataset, script_args.dataset_path, training_args.role, training_args.labels)
+        eval_source = script_args.eval_dataset_path or script_args.dataset_path
+        check_sft_dataset(eval_dataset, eval_source, training_args.role, training_args.labels)
+    if training_args.curriculum_order and "difficulty" not in train_dataset.column_names:
+        raise UsageError(
+            f"curriculum_order needs a 'difficulty' column in {script_args.dataset_path}; columns present: "
+            f"{train_dataset.column_names} (data from `reflect-trl data` has it)"
+        )
+    return tokenizer, train_dataset, eval_dataset
+
+
 def run_sft(
     script_args: ReflectSFTScriptArguments, training_args: ReflectSFTConfig, model_args
 ) -> dict[str, Any]:
     """Train the policy or the reflection model; save model (adapter or full) + tokenizer, the option labels (policy),
-    the trainer state and the final metrics to ``training_args.output_dir``. Returns the metrics written to
-    ``<output_dir>/<metrics_file>``."""
-    from transformers import AutoTokenizer
+    the trainer state, the final metrics and the model card to ``training_args.output_dir``. Returns the metrics
+    written to ``<output_dir>/<metrics_file>``. The input is checked (:func:`prepare_sft`) before anything is
+    written; a setup that still fails removes the output directory it created."""
     from trl import get_peft_config, get_quantization_config
 
     started = time.perf_counter()
-    if model_args.model_name_or_path is None:
-        raise ValueError(
-            "model_name_or_path is required (a hub id or a local directory such as models/tiny-gpt2)"
-        )
-    if training_args.curriculum_order and not training_args.stages and script_args.env_name:
-        from reflect_trl.envs import get_env_class
-
-        training_args.stages = list(get_env_class(script_args.env_name).stages)
-    resolve_sft_labels(script_args, training_args)
-    configure_tracking(training_args.report_to, training_args.output_dir)
-
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path,
-        revision=model_args.model_revision,
-        trust_remote_code=training_args.trust_remote_code,
-    )
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer, train_dataset, eval_dataset = prepare_sft(script_args, training_args, model_args)
 
     quantization_config = get_quantization_config(model_args)
     model_init_kwargs: dict[str, Any] = {
@@ -162,20 +196,21 @@ def run_sft(
     model_init_kwargs.update(training_args.model_init_kwargs or {})
     training_args.model_init_kwargs = model_init_kwargs
 
-    train_dataset, eval_dataset = _load_data(script_args)
     if eval_dataset is None and training_args.eval_strategy != "no":
         logger.warning("no evaluation data: eval_strategy %r turned off", training_args.eval_strategy)
         training_args.eval_strategy = "no"
 
-    trainer = ReflectSFTTrainer(
-        model=model_args.model_name_or_path,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        quantization_config=quantization_config,
-    )
+    with removed_on_failure(training_args.output_dir):
+        configure_tracking(training_args.report_to, training_args.output_dir)
+        trainer = ReflectSFTTrainer(
+            model=model_args.model_name_or_path,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+            quantization_config=quantization_config,
+        )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     train_metrics = dict(train_result.metrics)
@@ -209,6 +244,9 @@ def run_sft(
         path = Path(training_args.output_dir) / script_args.metrics_file
         path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         logger.info("final metrics written to %s", path)
+    trainer.create_model_card(
+        model_name=Path(training_args.output_dir).name, dataset_name=script_args.dataset_path
+    )
     if hasattr(trainer, "end"):
         trainer.end()
     return metrics
@@ -223,7 +261,17 @@ def sft_parser():
 
 def run_sft_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """``reflect-trl sft --config recipes/taxi/cpu/sft_policy.yaml [--max_steps 10 ...]``."""
-    script_args, training_args, model_args = sft_parser().parse_args_and_config(args=argv)
+    from reflect_trl.recipe_cli import parse_recipe
+
+    script_args, training_args, model_args = parse_recipe(
+        sft_parser(),
+        argv,
+        "sft",
+        "Stage 1 of Reflect-RL: supervised warm-up of the policy (role: policy; the completion is an option label) "
+        "or of the reflection model (role: reflection) on the prompt/completion data of `reflect-trl data` "
+        "(ReflectSFTTrainer, a trl.SFTTrainer).",
+        own=(ReflectSFTScriptArguments, ReflectSFTConfig),
+    )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return run_sft(script_args, training_args, model_args)
 
@@ -239,6 +287,7 @@ __all__ = [
     "count_options",
     "data_labels_dir",
     "policy_option_metrics",
+    "prepare_sft",
     "reflection_generation_metrics",
     "resolve_sft_labels",
     "run_sft",

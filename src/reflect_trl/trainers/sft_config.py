@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import SFTConfig
 
+from reflect_trl.config_lists import parse_list
 from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels
 
 ROLES = ("policy", "reflection")
@@ -86,6 +87,7 @@ class ReflectSFTConfig(SFTConfig):
             raise ValueError(f"reflection_max_new_tokens must be >= 1, got {self.reflection_max_new_tokens}")
         labels = parse_option_labels(self.option_labels)
         self.option_labels = list(labels) if labels is not None else None
+        self.stages = parse_list(self.stages, "stages")
         super().__post_init__()
 
     @property

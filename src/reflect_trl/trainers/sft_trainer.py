@@ -88,6 +88,7 @@ class ReflectSFTTrainer(SFTTrainer):
         else:
             self._raw_eval_datasets = {"eval": eval_dataset} if eval_dataset is not None else {}
         self._raw_train_size = len(train_dataset) if isinstance(train_dataset, Dataset) else None
+        self._card_train_dataset = train_dataset if isinstance(train_dataset, Dataset) else None
         configure_tracking(args.report_to, args.output_dir)
         super().__init__(
             model,
@@ -141,6 +142,20 @@ class ReflectSFTTrainer(SFTTrainer):
         super().save_model(output_dir, _internal_call=_internal_call)
         if self.args.role == "policy" and self.args.should_save:
             write_option_labels(Path(output_dir or self.args.output_dir), self.args.labels)
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+    ) -> None:
+        """A Reflect-RL card (:mod:`reflect_trl.trainers.model_card`): base model, environment, role, paper, how to
+        use the model, final metrics."""
+        if not self.is_world_process_zero():
+            return
+        from reflect_trl.trainers.model_card import sft_card_facts, write_model_card
+
+        write_model_card(sft_card_facts(self, model_name, dataset_name, tags), self.args.output_dir)
 
     # -- evaluation ------------------------------------------------------------------------------------------
     def evaluate(

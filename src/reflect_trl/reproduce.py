@@ -1,0 +1,381 @@
+"""``make reproduce``: the demo pipeline for several seeds, pooled held-out evaluation and paired comparisons.
+
+Each seed runs the whole method (:func:`reflect_trl.demo.run_demo`): the tiny models' initialisation, the generated
+data, SFT, RL sampling and the held-out evaluation tasks all change with the seed. The results of every seed are
+then pooled:
+
+* **rows** -- one per (configuration, stage, decoding): the pooled successes / episodes with a 95 % Wilson interval,
+  and the success rate of every seed;
+* **comparisons** -- for the pairs worth stating (Reflect-RL against every other row) and every stage, the difference
+  of the pooled success rates with a 95 % interval from a **paired bootstrap over tasks, stratified by seed**: within
+  one seed every configuration plays the same tasks with the same episode seeds, so the per-task outcomes of two
+  configurations are paired; each bootstrap replicate resamples the tasks of every seed with replacement (the seeds
+  themselves are kept) and recomputes the pooled difference; the interval is the 2.5 / 97.5 percentiles. The
+  per-seed differences are listed too: an interval over tasks says nothing about another training seed, so a claim
+  should also hold on every seed.
+
+Outputs under ``outputs/reproduce/<env>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
+(the configuration x stage table, the comparisons, per-seed spread, wall times, the machine), ``success_by_seed.png``
+(pooled bars with every seed's rate as a dot) and ``learning_curves.png`` (every seed's RL curves), plus one
+``seed_<s>/`` directory per seed with the demo's own outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from reflect_trl.evaluation import wilson_interval
+
+#: Pairs stated in ``comparisons``: (a, b) means "a minus b".
+COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("Reflect-RL", "Reflect SFT (before RL)"),
+    ("Reflect-RL", "SFT + RL w/o reflection"),
+    ("Reflect-RL", "SFT only"),
+    ("Reflect-RL", "Reflect-RL w/o negative examples"),
+    ("Reflect-RL", "Reflect-RL w/o curriculum"),
+)
+
+
+# ------------------------------------------------------------------------------------------------- statistics
+def pool_rows(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Pool the evaluation results of several seeds: one row per (configuration, stage, decoding)."""
+    seeds = sorted(per_seed)
+    keys: dict[tuple[str, str, str], None] = {}
+    for seed in seeds:
+        for r in per_seed[seed]:
+            keys[(r["configuration"], r["stage"], r["decoding"])] = None
+    rows = []
+    for configuration, stage, decoding in keys:
+        cells = []
+        for seed in seeds:
+            match = [
+                r
+                for r in per_seed[seed]
+                if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding)
+            ]
+            if len(match) != 1:
+                raise ValueError(
+                    f"seed {seed}: expected one result for {configuration!r} / {stage} / {decoding}, got {len(match)}"
+                )
+            cells.append(match[0])
+        successes = sum(int(c["successes"]) for c in cells)
+        episodes = sum(int(c["episodes"]) for c in cells)
+        low, high = wilson_interval(successes, episodes)
+        rows.append(
+            {
+                "configuration": configuration,
+                "stage": stage,
+                "decoding": decoding,
+                "successes": successes,
+                "episodes": episodes,
+                "success_rate": successes / episodes if episodes else 0.0,
+                "ci_low": low,
+                "ci_high": high,
+                "per_seed": [c["success_rate"] for c in cells],
+                "per_seed_successes": [int(c["successes"]) for c in cells],
+                "per_seed_episodes": [int(c["episodes"]) for c in cells],
+            }
+        )
+    return rows
+
+
+def paired_bootstrap_difference(
+    outcomes_a: Sequence[Sequence[int]],
+    outcomes_b: Sequence[Sequence[int]],
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Pooled success-rate difference a - b and its 95 % percentile interval.
+
+    ``outcomes_x[s][i]`` is 1 if configuration x succeeded on task i of seed s (both configurations played the same
+    tasks). Each replicate resamples the task indices of every seed with replacement, keeping the pairs together."""
+    if len(outcomes_a) != len(outcomes_b):
+        raise ValueError("outcomes_a and outcomes_b must have one list per seed")
+    diffs_per_seed = []
+    for s, (a, b) in enumerate(zip(outcomes_a, outcomes_b, strict=True)):
+        if len(a) != len(b):
+            raise ValueError(
+                f"seed index {s}: {len(a)} vs {len(b)} outcomes; the configurations must share tasks"
+            )
+        diffs_per_seed.append([x - y for x, y in zip(a, b, strict=True)])
+    total = sum(len(d) for d in diffs_per_seed)
+    if total == 0:
+        raise ValueError("no outcomes to compare")
+    point = sum(sum(d) for d in diffs_per_seed) / total
+    rng = random.Random(seed)
+    replicates = []
+    for _ in range(resamples):
+        acc = 0
+        for d in diffs_per_seed:
+            n = len(d)
+            acc += sum(d[rng.randrange(n)] for _ in range(n))
+        replicates.append(acc / total)
+    replicates.sort()
+    low = replicates[int(0.025 * (resamples - 1))]
+    high = replicates[int(round(0.975 * (resamples - 1)))]
+    return point, low, high
+
+
+def compare(
+    per_seed: Mapping[int, Sequence[Mapping[str, Any]]],
+    pairs: Sequence[tuple[str, str]] = COMPARISONS,
+    decodings: Sequence[str] = ("greedy",),
+    resamples: int = 10_000,
+) -> list[dict[str, Any]]:
+    """The ``comparisons`` of ``summary.json`` (see the module docstring); pairs whose rows are missing are skipped."""
+    seeds = sorted(per_seed)
+
+    def outcomes(seed: int, configuration: str, stage: str, decoding: str) -> list[int] | None:
+        for r in per_seed[seed]:
+            if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding):
+                return list(r["outcomes"])
+        return None
+
+    stages = list(dict.fromkeys(r["stage"] for seed in seeds for r in per_seed[seed]))
+    out = []
+    for decoding in decodings:
+        for a, b in pairs:
+            for stage in stages:
+                oa = [outcomes(s, a, stage, decoding) for s in seeds]
+                ob = [outcomes(s, b, stage, decoding) for s in seeds]
+                if any(x is None for x in oa + ob):
+                    continue
+                diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=len(out))
+                out.append(
+                    {
+                        "a": a,
+                        "b": b,
+                        "stage": stage,
+                        "decoding": decoding,
+                        "diff": diff,
+                        "ci_low": low,
+                        "ci_high": high,
+                        "per_seed_diff": [
+                            (sum(x) - sum(y)) / max(len(x), 1) for x, y in zip(oa, ob, strict=True)
+                        ],
+                        "method": f"paired bootstrap over tasks, stratified by seed ({resamples} resamples)",
+                    }
+                )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- the command
+@dataclass
+class ReproduceConfig:
+    """What ``reflect-trl reproduce`` runs. Fields not listed here are the demo's (:class:`DemoConfig`) and can be
+    overridden the same way (``--rl_steps 120``)."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    env_name: str = "taxi"
+    output_dir: str | None = None  # default outputs/reproduce/<env>
+    smoke: bool = False
+    bootstrap_resamples: int = 10_000
+    demo_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir or f"outputs/reproduce/{self.env_name}")
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+
+
+def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
+    from reflect_trl.demo import DEFAULT_ENV_KWARGS, DemoConfig, run_demo
+
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    per_seed_results: dict[int, list[dict[str, Any]]] = {}
+    per_seed_summary: dict[int, dict[str, Any]] = {}
+    for i, seed in enumerate(config.seeds, 1):
+        print(f"\n[reproduce] seed {seed} ({i}/{len(config.seeds)})", flush=True)
+        seed_dir = out / f"seed_{seed}"
+        base = DemoConfig.smoke(str(seed_dir)) if config.smoke else DemoConfig(output_dir=str(seed_dir))
+        settings: dict[str, Any] = {
+            "seed": seed,
+            "env_name": config.env_name,
+            "env_kwargs": dict(DEFAULT_ENV_KWARGS.get(config.env_name, {})),
+        }
+        settings.update(config.demo_overrides)
+        demo_config = replace(base, **settings)
+        summary = run_demo(demo_config)
+        per_seed_results[seed] = summary["results"]
+        per_seed_summary[seed] = summary
+    decodings = list(dict.fromkeys(r["decoding"] for rs in per_seed_results.values() for r in rs))
+    summary = {
+        "env_name": config.env_name,
+        "seeds": list(config.seeds),
+        "rows": pool_rows(per_seed_results),
+        "comparisons": compare(per_seed_results, COMPARISONS, decodings, config.bootstrap_resamples),
+        "per_seed": {
+            str(seed): {
+                "total_seconds": s["total_seconds"],
+                "timings_seconds": s["timings_seconds"],
+                "sft_metrics": s.get("sft_metrics", {}),
+            }
+            for seed, s in per_seed_summary.items()
+        },
+        "demo_config": {k: v for k, v in asdict(demo_config).items() if k not in ("output_dir", "seed")},
+        "total_seconds": time.perf_counter() - start,
+        "machine": _machine(),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plots = write_plots(summary, out)
+    (out / "results.md").write_text(results_markdown(summary, plots))
+    print(f"\n[reproduce] {len(config.seeds)} seeds in {summary['total_seconds'] / 60:.1f} min -> {out}")
+    print(results_table(summary["rows"], "greedy"))
+    return summary
+
+
+def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
+    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_seed_bars
+
+    plots = []
+    for decoding in dict.fromkeys(r["decoding"] for r in summary["rows"]):
+        plots.append(
+            plot_seed_bars(
+                summary["rows"], summary["seeds"], out / f"success_by_seed_{decoding}.png", decoding
+            )
+        )
+    curves = {}
+    for seed in summary["seeds"]:
+        for run in ("rl_reflect", "rl_plain"):
+            run_dir = out / f"seed_{seed}" / "runs" / run
+            if (run_dir / "log_history.json").is_file():
+                curves[f"{run} seed {seed}"] = load_log_history(run_dir)
+    if curves:
+        plots.append(plot_learning_curves(curves, out / "learning_curves.png"))
+    return plots
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: configurations x stages, pooled success [95 % Wilson] and the per-seed rates."""
+    chosen = [r for r in rows if r["decoding"] == decoding]
+    stages = list(dict.fromkeys(r["stage"] for r in chosen))
+    configurations = list(dict.fromkeys(r["configuration"] for r in chosen))
+    lines = [
+        "| configuration | " + " | ".join(stages) + " |",
+        "|---|" + "---|" * len(stages),
+    ]
+    for conf in configurations:
+        cells = []
+        for stage in stages:
+            r = next(x for x in chosen if x["configuration"] == conf and x["stage"] == stage)
+            seeds = " / ".join(f"{100 * p:.0f}" for p in r["per_seed"])
+            cells.append(f"{_pct(r['success_rate'])} % [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({seeds})")
+        lines.append(f"| {conf} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def comparisons_table(comparisons: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    lines = ["| a − b | stage | difference [95 % CI] | per seed |", "|---|---|---|---|"]
+    for c in comparisons:
+        if c["decoding"] != decoding:
+            continue
+        per_seed = " / ".join(f"{100 * d:+.0f}" for d in c["per_seed_diff"])
+        lines.append(
+            f"| {c['a']} − {c['b']} | {c['stage']} | {100 * c['diff']:+.1f} pts "
+            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {per_seed} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> str:
+    seeds = summary["seeds"]
+    rows = summary["rows"]
+    episodes = {r["episodes"] for r in rows}
+    parts = [
+        f"# reflect-trl reproduce: {summary['env_name']}, seeds {', '.join(map(str, seeds))}\n",
+        f"Held-out `test` episodes pooled over {len(seeds)} seeds ({', '.join(map(str, sorted(episodes)))} per "
+        "cell); success rate with a 95 % Wilson interval, then each seed's rate in parentheses.\n",
+    ]
+    for decoding in dict.fromkeys(r["decoding"] for r in rows):
+        parts += [f"## {decoding} decoding\n", results_table(rows, decoding)]
+        parts += [
+            "Differences of pooled success rates, 95 % paired bootstrap over tasks (stratified by seed):\n",
+            comparisons_table(summary["comparisons"], decoding),
+        ]
+    timing_lines = ["| seed | wall time | " + " | ".join(_short_steps(summary)) + " |"]
+    timing_lines.append("|---|---|" + "---|" * len(_short_steps(summary)))
+    for seed in seeds:
+        info = summary["per_seed"][str(seed)]
+        steps = " | ".join(f"{v:.0f} s" for v in info["timings_seconds"].values())
+        timing_lines.append(f"| {seed} | {info['total_seconds'] / 60:.1f} min | {steps} |")
+    machine = summary["machine"]
+    parts += [
+        "## Wall time\n",
+        "\n".join(timing_lines) + "\n",
+        f"Total {summary['total_seconds'] / 60:.1f} min on {machine['cpu_count']} CPU cores ({machine['processor']}, "
+        f"{machine['platform']}), Python {machine['python']}, torch {machine['torch']}"
+        f" ({machine['torch_threads']} threads){', CUDA' if machine['cuda'] else ''}.\n",
+    ]
+    if plots:
+        parts.append("Plots: " + ", ".join(f"`{Path(p).name}`" for p in plots) + "\n")
+    return "\n".join(parts)
+
+
+def _short_steps(summary: Mapping[str, Any]) -> list[str]:
+    first = summary["per_seed"][str(summary["seeds"][0])]["timings_seconds"]
+    return [name.split(":")[0] for name in first]
+
+
+def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from reflect_trl.demo import parse_demo_overrides
+
+    parser = argparse.ArgumentParser(
+        prog="reflect-trl reproduce",
+        description="The demo pipeline for several seeds, pooled held-out evaluation and paired comparisons "
+        "(summary.json, results.md, plots). Any DemoConfig field can be overridden: --rl_steps 120.",
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one full run per seed")
+    parser.add_argument("--env_name", default="taxi")
+    parser.add_argument("--output_dir", default=None, help="default: outputs/reproduce/<env_name>")
+    parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (tests)")
+    parser.add_argument("--bootstrap_resamples", type=int, default=10_000)
+    args, rest = parser.parse_known_args(argv)
+    overrides = parse_demo_overrides(rest, parser, exclude=("seed", "output_dir", "env_name"))
+    config = ReproduceConfig(
+        seeds=args.seeds,
+        env_name=args.env_name,
+        output_dir=args.output_dir,
+        smoke=args.smoke,
+        bootstrap_resamples=args.bootstrap_resamples,
+        demo_overrides=overrides,
+    )
+    return run_reproduce(config)
+
+
+__all__ = [
+    "COMPARISONS",
+    "ReproduceConfig",
+    "compare",
+    "paired_bootstrap_difference",
+    "pool_rows",
+    "reproduce_cli",
+    "run_reproduce",
+]

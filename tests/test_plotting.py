@@ -1,0 +1,133 @@
+"""Learning curves mark the curriculum stages and plot success per stage; ``reflect-trl plot`` checks every input
+before it writes a file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reflect_trl import plotting
+from reflect_trl.errors import MissingPathError, UsageError
+from reflect_trl.plotting import plot_cli, plot_learning_curves, stage_spans
+
+STAGES = ("pickup", "dropoff", "full")
+
+
+def history(starts=(0, 10, 20), steps: int = 30, levels=(0.9, 0.5, 0.2), names=STAGES) -> list[dict]:
+    """A log history with ``curriculum/stage`` on every step and the success of the current stage."""
+    out = []
+    for step in range(1, steps + 1):
+        index = max(i for i, s in enumerate(starts) if step > s)
+        rate = levels[index]
+        out.append(
+            {
+                "step": step,
+                "env/success_rate": rate,
+                f"stage/{names[index]}/success_rate": rate,
+                "curriculum/stage": float(index),
+                "loss": 0.1,
+            }
+        )
+    return out
+
+
+def test_stage_spans_follow_the_logged_stage():
+    spans = stage_spans(history())
+    assert [(s.index, s.name, s.first_step, s.last_step) for s in spans] == [
+        (0, "pickup", 1, 10),
+        (1, "dropoff", 11, 20),
+        (2, "full", 21, 30),
+    ]
+    # a log that averages two stages counts for the nearer one and names none
+    mixed = history()
+    mixed[10] = {**mixed[10], "curriculum/stage": 0.8, "stage/pickup/success_rate": 0.9}
+    assert [s.index for s in stage_spans(mixed)] == [0, 1, 2]
+    assert stage_spans([{"step": 1, "loss": 1.0}]) == []
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The (figure, axes) a plot function saved."""
+    seen = {}
+
+    def save(fig, ax, path):
+        seen["fig"], seen["ax"] = fig, ax
+        return path
+
+    monkeypatch.setattr(plotting, "_save", save)
+    return seen
+
+
+def test_learning_curves_shade_and_name_the_stages(tmp_path, drawn):
+    runs = {"Reflect-RL": history(), "no curriculum": history(starts=(0,), levels=(0.3,), names=("full",))}
+    plot_learning_curves(runs, tmp_path / "curves.png", window=3)
+    ax = drawn["ax"]
+    assert [t.get_text() for t in ax.texts] == list(STAGES)
+    assert len(ax.patches) == 2  # every other stage shaded
+    # one segment per stage for the curriculum run (the moving average restarts), one for the other run
+    segments = [line for line in ax.get_lines() if len(line.get_xdata()) > 2]
+    assert len(segments) == 3 + 1
+    first = segments[0]
+    assert list(first.get_xdata()) == list(range(1, 11)) and set(first.get_ydata()) == {0.9}
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["Reflect-RL", "no curriculum (full only)"]
+    assert "curriculum stages" in ax.get_title()
+
+
+def test_learning_curves_without_stages(tmp_path, drawn):
+    plain = [{"step": s, "env/success_rate": 0.5} for s in range(1, 6)]
+    plot_learning_curves({"run": plain}, tmp_path / "curves.png")
+    assert len(drawn["ax"].texts) == 0 and len(drawn["ax"].get_lines()) == 1
+
+
+def write_run(directory, log: list[dict]):
+    directory.mkdir(parents=True)
+    (directory / "log_history.json").write_text(json.dumps(log))
+    return directory
+
+
+def test_plot_cli_writes_curves_and_bars(tmp_path):
+    reflect = write_run(tmp_path / "rl", history())
+    plain = write_run(tmp_path / "rl_plain", history(levels=(0.5, 0.1, 0.0)))
+    results = [
+        {
+            "configuration": c,
+            "stage": s,
+            "decoding": "greedy",
+            "success_rate": 0.5,
+            "ci_low": 0.3,
+            "ci_high": 0.7,
+        }
+        for c in ("SFT only", "Reflect-RL")
+        for s in STAGES
+    ]
+    (tmp_path / "results.json").write_text(json.dumps({"results": results}))
+    out = tmp_path / "plots"
+    written = plot_cli(
+        [
+            "--runs",
+            f"reflect={reflect},plain={plain}",
+            "--eval",
+            str(tmp_path / "results.json"),
+            "--output_dir",
+            str(out),
+        ]
+    )
+    assert [p.name for p in written] == ["learning_curves.png", "success_bars.png"]
+    assert all(p.stat().st_size > 0 for p in written)
+
+
+def test_plot_cli_checks_everything_before_writing(tmp_path):
+    run = write_run(tmp_path / "rl", history())
+    out = tmp_path / "plots"
+    with pytest.raises(MissingPathError, match="--eval .*missing.json"):
+        plot_cli(["--runs", f"a={run}", "--eval", str(tmp_path / "missing.json"), "--output_dir", str(out)])
+    with pytest.raises(UsageError, match="--key 'env/sucess_rate' was not logged"):
+        plot_cli(["--runs", f"a={run}", "--key", "env/sucess_rate", "--output_dir", str(out)])
+    with pytest.raises(UsageError, match="not name=run_dir"):
+        plot_cli(["--runs", str(run), "--output_dir", str(out)])
+    (tmp_path / "results.json").write_text(json.dumps({"results": [{"decoding": "greedy"}]}))
+    with pytest.raises(UsageError, match="--decoding 'sampled'"):
+        plot_cli(["--runs", f"a={run}", "--eval", str(tmp_path / "results.json"), "--decoding", "sampled"])
+    assert not out.exists()

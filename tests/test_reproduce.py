@@ -1,0 +1,114 @@
+"""``reflect-trl reproduce``: pooled rows, paired bootstrap comparisons, and a 2-seed smoke run of the command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reflect_trl.reproduce import (
+    COMPARISONS,
+    ReproduceConfig,
+    compare,
+    paired_bootstrap_difference,
+    pool_rows,
+    run_reproduce,
+)
+
+
+def _result(conf, stage, outcomes, decoding="greedy"):
+    k, n = sum(outcomes), len(outcomes)
+    return {
+        "configuration": conf,
+        "stage": stage,
+        "decoding": decoding,
+        "successes": k,
+        "episodes": n,
+        "success_rate": k / n,
+        "outcomes": list(outcomes),
+    }
+
+
+def test_pool_rows_sums_the_seeds():
+    per_seed = {
+        0: [_result("A", "s", [1, 0, 1, 1]), _result("B", "s", [0, 0, 1, 0])],
+        1: [_result("A", "s", [0, 0, 1, 0]), _result("B", "s", [1, 1, 1, 0])],
+    }
+    rows = {r["configuration"]: r for r in pool_rows(per_seed)}
+    assert rows["A"]["successes"] == 4 and rows["A"]["episodes"] == 8
+    assert rows["A"]["per_seed"] == [0.75, 0.25]
+    assert rows["B"]["success_rate"] == pytest.approx(4 / 8)
+    assert rows["A"]["ci_low"] < 0.5 < rows["A"]["ci_high"]
+    with pytest.raises(ValueError, match="expected one result"):
+        pool_rows({0: [_result("A", "s", [1])], 1: []})
+
+
+def test_paired_bootstrap_edge_cases_and_pairing():
+    same = [[1, 0, 1, 0, 1]]
+    assert paired_bootstrap_difference(same, same, resamples=200) == (0.0, 0.0, 0.0)
+    diff, low, high = paired_bootstrap_difference([[1] * 10, [1] * 5], [[0] * 10, [0] * 5], resamples=200)
+    assert (diff, low, high) == (1.0, 1.0, 1.0)
+    # Paired: a succeeds wherever b does, plus 8 more tasks -> every task's difference is >= 0, the interval is
+    # above 0 (an unpaired comparison of 50 % vs 30 % on 40 episodes each would not be).
+    b = [[1, 0] * 20]
+    a = [[1, 0] * 12 + [1, 1] * 8]
+    diff, low, high = paired_bootstrap_difference(a, b, resamples=2000, seed=1)
+    assert diff == pytest.approx(8 / 40)
+    assert 0.0 < low <= diff <= high < 0.4
+    with pytest.raises(ValueError, match="share tasks"):
+        paired_bootstrap_difference([[1, 0]], [[1]])
+
+
+def test_compare_reports_every_pair_and_stage():
+    per_seed = {}
+    for seed in (0, 1):
+        per_seed[seed] = [
+            _result(conf, stage, [1, 1, 0, 1] if conf == "Reflect-RL" else [0, 1, 0, 0])
+            for conf in ("Reflect-RL", "Reflect SFT (before RL)", "SFT only")
+            for stage in ("pickup", "dropoff")
+        ]
+    comparisons = compare(per_seed, COMPARISONS, ("greedy",), resamples=300)
+    pairs = {(c["b"], c["stage"]) for c in comparisons}
+    assert pairs == {(b, s) for b in ("Reflect SFT (before RL)", "SFT only") for s in ("pickup", "dropoff")}
+    for c in comparisons:
+        assert c["a"] == "Reflect-RL" and c["diff"] == pytest.approx(0.5)
+        assert c["per_seed_diff"] == [0.5, 0.5]
+        assert c["ci_low"] <= c["diff"] <= c["ci_high"]
+
+
+@pytest.mark.slow
+def test_reproduce_smoke_two_seeds(tmp_path):
+    summary = run_reproduce(
+        ReproduceConfig(
+            seeds=[0, 1], env_name="taxi", output_dir=str(tmp_path), smoke=True, bootstrap_resamples=200
+        )
+    )
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["seeds"] == [0, 1] == summary["seeds"]
+    for key in ("rows", "comparisons", "per_seed", "machine", "total_seconds"):
+        assert key in on_disk
+    for row in on_disk["rows"]:
+        assert {"configuration", "stage", "decoding", "successes", "episodes", "per_seed"} <= set(row)
+        assert len(row["per_seed"]) == 2
+        assert row["successes"] == sum(row["per_seed_successes"])
+        assert row["episodes"] == sum(row["per_seed_episodes"])
+        # the pooled counts are the sums of the seeds' own evaluation files
+        for seed, k, n in zip((0, 1), row["per_seed_successes"], row["per_seed_episodes"], strict=True):
+            results = json.loads((tmp_path / f"seed_{seed}" / "eval" / "results.json").read_text())["results"]
+            (match,) = [
+                r
+                for r in results
+                if (r["configuration"], r["stage"], r["decoding"])
+                == (row["configuration"], row["stage"], row["decoding"])
+            ]
+            assert (match["successes"], match["episodes"]) == (k, n)
+    stages = {r["stage"] for r in on_disk["rows"]}
+    assert {(c["b"], c["stage"]) for c in on_disk["comparisons"]} == {
+        (b, s) for _, b in COMPARISONS for s in stages
+    }
+    for c in on_disk["comparisons"]:
+        assert {"a", "b", "stage", "diff", "ci_low", "ci_high"} <= set(c)
+        assert c["ci_low"] <= c["diff"] <= c["ci_high"]
+    md = (tmp_path / "results.md").read_text()
+    assert "| configuration |" in md and "Reflect-RL" in md
+    assert (tmp_path / "success_by_seed_greedy.png").is_file()
