@@ -25,7 +25,7 @@ DEMO_DIR ?= outputs/demo$(if $(filter-out taxi,$(ENV)),_$(ENV))
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install install-extras test test-slow test-all lint format tiny data sft sft-all rl rl-plain eval plot demo reproduce bench clean
+.PHONY: help install install-extras test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce bench clean
 
 help:
 	@echo "make install          create $(VENV), torch 2.13 first, then reflect-trl[dev] (CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
@@ -60,12 +60,12 @@ test-all:
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint:
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
 
 format:
-	$(VENV)/bin/ruff format src tests benchmarks
-	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks examples
+	$(VENV)/bin/ruff check --fix src tests benchmarks examples
 
 tiny:
 	$(PY) -m reflect_trl.cli build-tiny --output_dir models/tiny-llama-$(ENV) --arch llama --preset tiny --envs $(ENV)
@@ -78,8 +78,14 @@ sft:
 
 sft-all:
 	$(MAKE) sft ROLE=reflection
+	$(MAKE) relabel
 	$(MAKE) sft ROLE=policy
 	$(MAKE) sft ROLE=plain
+
+# the policy's SFT data with the SFT'd reflection model's own reflections (targets unchanged): what it will read in RL
+relabel:
+	$(PY) -m reflect_trl.cli relabel --dataset data/$(ENV)/policy_reflect.jsonl \
+		--reflection_model $(OUTPUTS)/sft_reflection --output data/$(ENV)/policy_reflect_model --replace $(ARGS)
 
 rl:
 	$(LAUNCH) rl --config $(RECIPES)/rl.yaml $(ARGS)

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from reflect_trl.pipeline import Job, run_jobs
+
 
 @dataclass
 class DemoConfig:
@@ -43,22 +45,33 @@ class DemoConfig:
     negative_prob: float = 0.5
     # SFT
     sft_policy_steps: int = 400
-    sft_reflection_steps: int = 600
+    sft_reflection_steps: int = 1500
     sft_batch_size: int = 16
     sft_learning_rate: float = 3e-3
     sft_eval_samples: int = 96
+    # "model": the policies learn on the reflections they will read in the loop -- the oracle's reflections in their
+    # SFT data are replaced by the SFT'd reflection model's own (reflect-trl relabel; targets stay the oracle's);
+    # "oracle": the data builder's oracle reflections (the paper's data).
+    policy_reflections: str = "model"
     # RL
-    rl_steps: int = 60
+    rl_steps: int = 150
     rl_batch_size: int = 16  # episodes per step
     rl_num_generations: int = 4
     rl_learning_rate: float = 5e-4
-    rl_advantage_estimator: str = "rloo"
+    rl_advantage_estimator: str = "gigpo"
+    rl_gamma: float = 0.95
+    rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
     # eval
-    eval_episodes_per_stage: int = 100
-    eval_decodings: list[str] = field(default_factory=lambda: ["greedy", "sampled"])
+    eval_episodes_per_stage: int = 300
+    eval_decodings: list[str] = field(default_factory=lambda: ["greedy"])
     report_to: str = "wandb"
+    # torch intra-op threads (0 = torch's default)
+    torch_threads: int = 0
+    # SFT / relabel / RL steps run at once, each in its own process with one thread (1 = one after the other, in
+    # this process)
+    jobs: int = 2
 
     @classmethod
     def smoke(cls, output_dir: str) -> DemoConfig:
@@ -80,6 +93,7 @@ class DemoConfig:
             eval_decodings=["greedy"],
             sft_eval_samples=4,
             report_to="none",
+            jobs=1,
         )
 
 
@@ -94,11 +108,12 @@ RL_ENV_KWARGS: dict[str, dict[str, Any]] = {"taxi": {"step_reward": 0.0}}
 
 # Variants: name -> (policy SFT data, reflection SFT data or None, RL settings or None)
 SFT_RUNS = {
-    "sft_reflection": ("reflection", "reflection"),
-    "sft_reflection_positive": ("reflection_positive", "reflection"),
-    "sft_policy": ("policy_reflect", "policy"),
-    "sft_policy_positive": ("policy_reflect_positive", "policy"),
-    "sft_plain": ("policy_plain", "policy"),
+    # name: (data set, role, reflection model whose own reflections replace the oracle's in the policy data)
+    "sft_reflection": ("reflection", "reflection", None),
+    "sft_reflection_positive": ("reflection_positive", "reflection", None),
+    "sft_policy": ("policy_reflect", "policy", "sft_reflection"),
+    "sft_policy_positive": ("policy_reflect_positive", "policy", "sft_reflection_positive"),
+    "sft_plain": ("policy_plain", "policy", None),
 }
 RL_RUNS = {
     # name: (policy init, reflection model, curriculum)
@@ -163,7 +178,6 @@ def _flags(**values: Any) -> list[str]:
 
 
 def _common_train_args(cfg: DemoConfig, run_dir: Path) -> list[str]:
-    os.environ["WANDB_DIR"] = str(run_dir.resolve())
     run_dir.mkdir(parents=True, exist_ok=True)
     return _flags(
         output_dir=run_dir,
@@ -177,15 +191,110 @@ def _common_train_args(cfg: DemoConfig, run_dir: Path) -> list[str]:
     )
 
 
+def demo_jobs(cfg: DemoConfig, base: Path, data: Path, runs: Path) -> list[Job]:
+    """The demo's SFT, relabel and RL steps as a job graph (long chains first)."""
+    jobs: dict[str, Job] = {}
+
+    def add(
+        name: str, command: str, argv: list[str], needs: tuple[str, ...] = (), run_dir: Path | None = None
+    ):
+        env = {"WANDB_DIR": str(run_dir.resolve())} if run_dir is not None else {}
+        jobs[name] = Job(name, command, argv, needs, env)
+
+    def sft(name: str) -> None:
+        dataset, role, reflector = SFT_RUNS[name]
+        steps = cfg.sft_reflection_steps if role == "reflection" else cfg.sft_policy_steps
+        needs: tuple[str, ...] = ()
+        if role == "policy" and reflector and cfg.policy_reflections == "model":
+            # the policy learns on the reflections it will read: the SFT'd reflection model's (reflect-trl relabel)
+            relabel = f"relabel_{name}"
+            add(
+                relabel,
+                "relabel",
+                _flags(
+                    dataset=data / f"{dataset}.jsonl",
+                    reflection_model=runs / reflector,
+                    output=data / f"{dataset}_model",
+                    max_new_tokens=cfg.rl_reflection_max_new_tokens,
+                    seed=cfg.seed,
+                )
+                + ["--replace"],
+                (reflector,),
+            )
+            dataset, needs = f"{dataset}_model", (relabel,)
+        argv = _flags(
+            model_name_or_path=base,
+            dataset_path=data / dataset,
+            env_name=cfg.env_name,
+            role=role,
+            max_steps=steps,
+            per_device_train_batch_size=cfg.sft_batch_size,
+            learning_rate=cfg.sft_learning_rate,
+            lr_scheduler_type="cosine",
+            warmup_steps=max(1, steps // 20),
+            logging_steps=max(1, steps // 10),
+            eval_strategy="no",
+            max_length=1024,
+            max_eval_samples=cfg.sft_eval_samples,
+            eval_num_policy_samples=cfg.sft_eval_samples,
+            eval_num_reflection_samples=max(1, cfg.sft_eval_samples // 4),
+            reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
+        )
+        add(name, "sft", argv + _common_train_args(cfg, runs / name), needs, runs / name)
+
+    rl_env_kwargs = {
+        **cfg.env_kwargs,
+        **(cfg.rl_env_kwargs if cfg.rl_env_kwargs is not None else RL_ENV_KWARGS.get(cfg.env_name, {})),
+    }
+
+    def rl(name: str) -> None:
+        policy, reflection, curriculum = RL_RUNS[name]
+        argv = _flags(
+            model_name_or_path=runs / policy,
+            reflection_model_name_or_path=runs / reflection if reflection else "none",
+            env_name=cfg.env_name,
+            env_kwargs=json.dumps(rl_env_kwargs),
+            max_steps=cfg.rl_steps,
+            per_device_train_batch_size=cfg.rl_batch_size,
+            num_generations=cfg.rl_num_generations,
+            num_iterations=cfg.rl_num_iterations,
+            learning_rate=cfg.rl_learning_rate,
+            advantage_estimator=cfg.rl_advantage_estimator,
+            gamma=cfg.rl_gamma,
+            beta=cfg.rl_beta,
+            reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
+            reflection_temperature=0,
+            num_train_tasks=max(cfg.n_train_tasks, 8),
+            task_seed=cfg.seed,
+            curriculum=curriculum,
+            logging_steps=1,
+            log_episodes_every=max(1, cfg.rl_steps // 3),
+        )
+        if not curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
+            argv += _flags(curriculum_stages=_stages(cfg)[-1])
+        needs = (policy,) + ((reflection,) if reflection else ())
+        add(name, "rl", argv + _common_train_args(cfg, runs / name), needs, runs / name)
+
+    for name in ("sft_reflection", "sft_reflection_positive", "sft_policy", "sft_policy_positive"):
+        sft(name)
+    for name in ("rl_reflect", "rl_reflect_no_negatives", "rl_reflect_no_curriculum"):
+        rl(name)
+    sft("sft_plain")
+    rl("rl_plain")
+    return list(jobs.values())
+
+
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from reflect_trl.data_builder import DataBuilderConfig, build_datasets
     from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
     from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
     from reflect_trl.tiny_models import build_tiny_model
     from reflect_trl.tracking import configure_tracking
-    from reflect_trl.trainers.rl import run_rl
-    from reflect_trl.trainers.sft import run_sft_cli
 
+    if cfg.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
@@ -216,59 +325,19 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         build_datasets(data_config)
     data = out / "data" / cfg.env_name
 
-    for i, (name, (dataset, role)) in enumerate(SFT_RUNS.items(), 1):
-        with progress.step(f"3/5 SFT {i}/{len(SFT_RUNS)}: {name} ({role} on {dataset})"):
-            steps = cfg.sft_reflection_steps if role == "reflection" else cfg.sft_policy_steps
-            argv = _flags(
-                model_name_or_path=base,
-                dataset_path=data / dataset,
-                env_name=cfg.env_name,
-                role=role,
-                max_steps=steps,
-                per_device_train_batch_size=cfg.sft_batch_size,
-                learning_rate=cfg.sft_learning_rate,
-                lr_scheduler_type="cosine",
-                warmup_steps=max(1, steps // 20),
-                logging_steps=max(1, steps // 10),
-                eval_strategy="no",
-                max_length=1024,
-                max_eval_samples=cfg.sft_eval_samples,
-                eval_num_policy_samples=cfg.sft_eval_samples,
-                eval_num_reflection_samples=max(1, cfg.sft_eval_samples // 4),
-                reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
-            )
-            run_sft_cli(argv + _common_train_args(cfg, runs / name))
-            _finish_wandb()
+    jobs = demo_jobs(cfg, Path(base), data, runs)
+    labels = {"sft": "SFT", "rl": "RL", "relabel": "relabel"}
+    with progress.step(f"3-4/5 SFT, relabel and RL: {len(jobs)} jobs, {cfg.jobs} at a time"):
 
-    rl_env_kwargs = {
-        **cfg.env_kwargs,
-        **(cfg.rl_env_kwargs if cfg.rl_env_kwargs is not None else RL_ENV_KWARGS.get(cfg.env_name, {})),
-    }
-    for i, (name, (policy, reflection, curriculum)) in enumerate(RL_RUNS.items(), 1):
-        with progress.step(f"4/5 RL {i}/{len(RL_RUNS)}: {name}"):
-            argv = _flags(
-                model_name_or_path=runs / policy,
-                reflection_model_name_or_path=runs / reflection if reflection else "none",
-                env_name=cfg.env_name,
-                env_kwargs=json.dumps(rl_env_kwargs),
-                max_steps=cfg.rl_steps,
-                per_device_train_batch_size=cfg.rl_batch_size,
-                num_generations=cfg.rl_num_generations,
-                num_iterations=cfg.rl_num_iterations,
-                learning_rate=cfg.rl_learning_rate,
-                advantage_estimator=cfg.rl_advantage_estimator,
-                reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
-                reflection_temperature=0,
-                num_train_tasks=max(cfg.n_train_tasks, 8),
-                task_seed=cfg.seed,
-                curriculum=curriculum,
-                logging_steps=1,
-                log_episodes_every=max(1, cfg.rl_steps // 3),
-            )
-            if not curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
-                argv += _flags(curriculum_stages=_stages(cfg)[-1])
-            run_rl(argv + _common_train_args(cfg, runs / name))
-            _finish_wandb()
+        def report(name: str, event: str, seconds: float) -> None:
+            kind = labels[next(j.command for j in jobs if j.name == name)]
+            if event == "start":
+                print(f"[demo {progress.elapsed()}]     {kind} {name} started", flush=True)
+            else:
+                print(f"[demo {progress.elapsed()}]     {kind} {name} done in {seconds:.0f}s", flush=True)
+                progress.timings[f"{kind} {name}"] = seconds
+
+        run_jobs(jobs, workers=cfg.jobs, log_dir=out / "logs", report=report)
 
     with progress.step("5/5 evaluation, table and plots"):
         settings = EvalSettings(
@@ -423,7 +492,12 @@ def check_demo_config(cfg: DemoConfig) -> None:
         "rl_num_generations",
         "rl_num_iterations",
         "eval_episodes_per_stage",
+        "jobs",
     )
+    if cfg.policy_reflections not in ("model", "oracle"):
+        raise UsageError(f"policy_reflections {cfg.policy_reflections!r}: choose 'model' or 'oracle'")
+    if not 0.0 <= cfg.rl_gamma <= 1.0:
+        raise UsageError(f"rl_gamma must be in [0, 1], got {cfg.rl_gamma}")
     for name in positive:
         if getattr(cfg, name) < 1:
             raise UsageError(f"{name} must be >= 1, got {getattr(cfg, name)}")
@@ -437,6 +511,24 @@ def check_demo_config(cfg: DemoConfig) -> None:
         )
     if not 0.0 <= cfg.negative_prob <= 1.0:
         raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")
+
+
+def demo_config_file(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """DemoConfig fields from a JSON or YAML file (unknown fields are an error naming the file)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        parser.error(f"--config {path}: {err.strerror}")
+    except yaml.YAMLError as err:
+        parser.error(f"--config {path}: not valid YAML/JSON ({err})")
+    if not isinstance(raw, dict):
+        parser.error(f"--config {path}: expected a mapping of DemoConfig fields")
+    unknown = sorted(set(raw) - set(DemoConfig.__dataclass_fields__))
+    if unknown:
+        parser.error(f"--config {path}: unknown DemoConfig field(s) {unknown}")
+    return raw
 
 
 def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -458,12 +550,17 @@ def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (a minute)")
     parser.add_argument("--report_to", default=None, help="wandb (offline without an API key) or none")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--config", default=None, help="a JSON or YAML file of DemoConfig fields (flags override it)"
+    )
     args, rest = parser.parse_known_args(argv)
     if args.no_progress:
         from reflect_trl.progress import disable_progress
 
         disable_progress()
     cfg = DemoConfig.smoke(args.output_dir) if args.smoke else DemoConfig(output_dir=args.output_dir)
+    if args.config:
+        cfg = replace(cfg, **demo_config_file(args.config, parser))
     env_kwargs = (
         _parse_field("env_kwargs", {}, args.env_kwargs, parser)
         if args.env_kwargs

@@ -171,19 +171,36 @@ def compare(
 # ------------------------------------------------------------------------------------------------- the command
 @dataclass
 class ReproduceConfig:
-    """What ``reflect-trl reproduce`` runs. Fields not listed here are the demo's (:class:`DemoConfig`) and can be
-    overridden the same way (``--rl_steps 120``)."""
+    """What ``reflect-trl reproduce`` runs. ``demo_overrides`` are :class:`~reflect_trl.demo.DemoConfig` fields
+    applied to every seed (``--rl_steps 120``); ``jobs`` seeds run at once, each in its own process."""
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     env_name: str = "taxi"
     output_dir: str | None = None  # default outputs/reproduce/<env>
     smoke: bool = False
     bootstrap_resamples: int = 10_000
+    jobs: int = 1
     demo_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
     def out(self) -> Path:
         return Path(self.output_dir or f"outputs/reproduce/{self.env_name}")
+
+    def demo_config(self, seed: int):
+        """The demo configuration of one seed (validated by :func:`reflect_trl.demo.check_demo_config`)."""
+        from reflect_trl.demo import DEFAULT_ENV_KWARGS, DemoConfig
+
+        seed_dir = str(self.out / f"seed_{seed}")
+        base = DemoConfig.smoke(seed_dir) if self.smoke else DemoConfig(output_dir=seed_dir)
+        settings: dict[str, Any] = {
+            "seed": seed,
+            "env_name": self.env_name,
+            "env_kwargs": dict(DEFAULT_ENV_KWARGS.get(self.env_name, {})),
+        }
+        if self.jobs > 1:
+            settings["torch_threads"] = 1  # one core per seed
+        settings.update(self.demo_overrides)
+        return replace(base, **settings)
 
 
 def _machine() -> dict[str, Any]:
@@ -200,29 +217,79 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
-    from reflect_trl.demo import DEFAULT_ENV_KWARGS, DemoConfig, run_demo
+def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
+    """Run every seed's demo, ``config.jobs`` at a time. One job: in this process; several: one process per seed
+    (``reflect-trl demo --config``, log in ``seed_<s>/demo.log``), each with one torch thread."""
+    import subprocess
+    import sys
 
+    from reflect_trl.demo import run_demo
+
+    if config.jobs <= 1:
+        summaries = {}
+        for i, (seed, cfg) in enumerate(demo_configs.items(), 1):
+            print(f"\n[reproduce] seed {seed} ({i}/{len(demo_configs)})", flush=True)
+            summaries[seed] = run_demo(cfg)
+        return summaries
+    pending = list(demo_configs.items())
+    running: dict[int, tuple[subprocess.Popen, Any, float]] = {}
+    start = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    failed: list[int] = []
+    while pending or running:
+        while pending and len(running) < config.jobs:
+            seed, cfg = pending.pop(0)
+            seed_dir = Path(cfg.output_dir)
+            seed_dir.mkdir(parents=True, exist_ok=True)
+            request = seed_dir / "demo_request.json"
+            request.write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+            log = open(seed_dir / "demo.log", "w")  # noqa: SIM115 (closed when the process ends)
+            cmd = [sys.executable, "-m", "reflect_trl.cli", "--no-progress", "demo", "--config", str(request)]
+            running[seed] = (
+                subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
+                log,
+                time.perf_counter(),
+            )
+            print(
+                f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] seed {seed} started (log {seed_dir / 'demo.log'})",
+                flush=True,
+            )
+        time.sleep(2)
+        for seed, (proc, log, t0) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[seed]
+            status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+            print(
+                f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] seed {seed} {status} after "
+                f"{(time.perf_counter() - t0) / 60:.1f} min",
+                flush=True,
+            )
+            if proc.returncode:
+                failed.append(seed)
+    if failed:
+        logs = ", ".join(str(demo_configs[s].output_dir) + "/demo.log" for s in failed)
+        raise RuntimeError(f"reproduce: the demo of seed(s) {failed} failed; see {logs}")
+    return {
+        seed: json.loads((Path(cfg.output_dir) / "summary.json").read_text())
+        for seed, cfg in demo_configs.items()
+    }
+
+
+def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
+    from reflect_trl.demo import check_demo_config
+
+    demo_configs = {seed: config.demo_config(seed) for seed in config.seeds}
+    for cfg in demo_configs.values():
+        check_demo_config(cfg)  # every seed's settings are checked before anything is written
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    per_seed_results: dict[int, list[dict[str, Any]]] = {}
-    per_seed_summary: dict[int, dict[str, Any]] = {}
-    for i, seed in enumerate(config.seeds, 1):
-        print(f"\n[reproduce] seed {seed} ({i}/{len(config.seeds)})", flush=True)
-        seed_dir = out / f"seed_{seed}"
-        base = DemoConfig.smoke(str(seed_dir)) if config.smoke else DemoConfig(output_dir=str(seed_dir))
-        settings: dict[str, Any] = {
-            "seed": seed,
-            "env_name": config.env_name,
-            "env_kwargs": dict(DEFAULT_ENV_KWARGS.get(config.env_name, {})),
-        }
-        settings.update(config.demo_overrides)
-        demo_config = replace(base, **settings)
-        summary = run_demo(demo_config)
-        per_seed_results[seed] = summary["results"]
-        per_seed_summary[seed] = summary
+    per_seed_summary = _run_seeds(config, demo_configs)
+    per_seed_results = {seed: s["results"] for seed, s in per_seed_summary.items()}
     decodings = list(dict.fromkeys(r["decoding"] for rs in per_seed_results.values() for r in rs))
+    first = demo_configs[config.seeds[0]]
     summary = {
         "env_name": config.env_name,
         "seeds": list(config.seeds),
@@ -236,7 +303,8 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
             }
             for seed, s in per_seed_summary.items()
         },
-        "demo_config": {k: v for k, v in asdict(demo_config).items() if k not in ("output_dir", "seed")},
+        "demo_config": {k: v for k, v in asdict(first).items() if k not in ("output_dir", "seed")},
+        "jobs": config.jobs,
         "total_seconds": time.perf_counter() - start,
         "machine": _machine(),
     }
@@ -244,7 +312,7 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
     plots = write_plots(summary, out)
     (out / "results.md").write_text(results_markdown(summary, plots))
     print(f"\n[reproduce] {len(config.seeds)} seeds in {summary['total_seconds'] / 60:.1f} min -> {out}")
-    print(results_table(summary["rows"], "greedy"))
+    print(results_table(summary["rows"], decodings[0]))
     return summary
 
 
@@ -345,26 +413,55 @@ def _short_steps(summary: Mapping[str, Any]) -> list[str]:
 
 
 def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from reflect_trl.config_lists import parse_int_list
     from reflect_trl.demo import parse_demo_overrides
 
     parser = argparse.ArgumentParser(
         prog="reflect-trl reproduce",
         description="The demo pipeline for several seeds, pooled held-out evaluation and paired comparisons "
-        "(summary.json, results.md, plots). Any DemoConfig field can be overridden: --rl_steps 120.",
+        "(summary.json, results.md, plots under outputs/reproduce/<env>/).",
+        epilog="Any DemoConfig field can be overridden for every seed: --rl_steps 120.",
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one full run per seed")
-    parser.add_argument("--env_name", default="taxi")
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        default=["0", "1", "2"],
+        help="one full run per seed: 0 1 2 or 0,1,2 (default: 0 1 2)",
+    )
+    parser.add_argument("--env_name", default="taxi", help="environment (default: %(default)s)")
     parser.add_argument("--output_dir", default=None, help="default: outputs/reproduce/<env_name>")
     parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (tests)")
-    parser.add_argument("--bootstrap_resamples", type=int, default=10_000)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="seeds run at once, one process and one thread each"
+    )
+    parser.add_argument(
+        "--bootstrap_resamples",
+        type=int,
+        default=10_000,
+        help="resamples of the paired bootstrap (default: 10000)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args, rest = parser.parse_known_args(argv)
+    if args.no_progress:
+        from reflect_trl.progress import disable_progress
+
+        disable_progress()
+    try:
+        seeds = parse_int_list(",".join(args.seeds), "--seeds")
+    except ValueError as err:
+        parser.error(str(err))
+    if not seeds or len(set(seeds)) != len(seeds):
+        parser.error(f"--seeds {args.seeds}: give distinct integer seeds")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: must be >= 1")
     overrides = parse_demo_overrides(rest, parser, exclude=("seed", "output_dir", "env_name"))
     config = ReproduceConfig(
-        seeds=args.seeds,
+        seeds=seeds,
         env_name=args.env_name,
         output_dir=args.output_dir,
         smoke=args.smoke,
         bootstrap_resamples=args.bootstrap_resamples,
+        jobs=args.jobs,
         demo_overrides=overrides,
     )
     return run_reproduce(config)

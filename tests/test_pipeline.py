@@ -1,0 +1,57 @@
+"""The demo's job graph: dependency order, worker processes, failures that name the job and its log."""
+
+from __future__ import annotations
+
+import pytest
+
+from reflect_trl.pipeline import Job, JobFailed, check_graph, run_jobs
+
+
+def test_graph_checks():
+    with pytest.raises(ValueError, match="listed twice"):
+        check_graph([Job("a", "envs", []), Job("a", "envs", [])])
+    with pytest.raises(ValueError, match="needs \\['b'\\]"):
+        check_graph([Job("a", "envs", [], needs=("b",)), Job("b", "envs", [])])
+
+
+def test_in_process_runs_in_order(capsys):
+    events = []
+    timings = run_jobs(
+        [Job("first", "envs", []), Job("second", "envs", [], needs=("first",))],
+        workers=1,
+        report=lambda name, event, seconds: events.append((name, event)),
+    )
+    assert events == [("first", "start"), ("first", "done"), ("second", "start"), ("second", "done")]
+    assert set(timings) == {"first", "second"}
+    assert "taxi" in capsys.readouterr().out  # `reflect-trl envs` really ran
+
+
+def test_workers_respect_dependencies_and_write_logs(tmp_path):
+    events = []
+    jobs = [
+        Job("a", "envs", []),
+        Job("b", "envs", []),
+        Job("c", "envs", [], needs=("a", "b")),
+    ]
+    run_jobs(
+        jobs, workers=2, log_dir=tmp_path, report=lambda name, event, seconds: events.append((name, event))
+    )
+    assert events.index(("c", "start")) > max(events.index(("a", "done")), events.index(("b", "done")))
+    assert {e for e in events if e[0] != "c"} == {
+        ("a", "start"),
+        ("b", "start"),
+        ("a", "done"),
+        ("b", "done"),
+    }
+    for name in "abc":
+        assert "taxi" in (tmp_path / f"{name}.log").read_text()
+
+
+def test_a_failed_job_is_named_with_its_log(tmp_path):
+    jobs = [Job("bad", "envs", ["--no-such-flag"]), Job("after", "envs", [], needs=("bad",))]
+    with pytest.raises(JobFailed, match=r"job 'bad' failed with exit status 2; see .*bad\.log"):
+        run_jobs(jobs, workers=2, log_dir=tmp_path)
+    assert "--no-such-flag" in (tmp_path / "bad.log").read_text()
+    assert not (tmp_path / "after.log").exists()
+    with pytest.raises(JobFailed, match="job 'bad'"):
+        run_jobs(jobs, workers=1)
