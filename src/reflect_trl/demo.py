@@ -45,7 +45,7 @@ class DemoConfig:
     negative_prob: float = 0.5
     # SFT
     sft_policy_steps: int = 400
-    sft_reflection_steps: int = 1500
+    sft_reflection_steps: int = 1200
     sft_batch_size: int = 16
     sft_learning_rate: float = 3e-3
     sft_eval_samples: int = 96
@@ -54,10 +54,10 @@ class DemoConfig:
     # "oracle": the data builder's oracle reflections (the paper's data).
     policy_reflections: str = "model"
     # RL
-    rl_steps: int = 150
+    rl_steps: int = 300
     rl_batch_size: int = 16  # episodes per step
     rl_num_generations: int = 4
-    rl_learning_rate: float = 5e-4
+    rl_learning_rate: float = 1e-3
     rl_advantage_estimator: str = "gigpo"
     rl_gamma: float = 0.95
     rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)

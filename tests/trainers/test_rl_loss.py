@@ -248,3 +248,37 @@ def test_two_process_gradient_equals_the_global_mean(tiny_model_dir, tmp_path):
         assert record["window_turns"] == 6  # 5 real turns on rank 0, 1 on rank 1
         assert record["max_grad_diff"] < 1e-5, record
         assert record["grad_norm"] > 0
+
+
+def test_moe_router_loss_is_added(tiny_model_dir, tmp_path):
+    """A Mixture-of-Experts policy: the trainer asks for the router logits and adds router_aux_loss_coef x the
+    load-balancing loss of the same forward (GRPO's own MoE handling is bypassed by the custom loss)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    config = MixtralConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
+        router_aux_loss_coef=0.02, max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    moe_dir = tmp_path / "moe"
+    MixtralForCausalLM(config).save_pretrained(moe_dir)
+    tokenizer.save_pretrained(moe_dir)
+    trainer = make_trainer(str(moe_dir), tmp_path / "out")
+    assert trainer.aux_loss_enabled and trainer.router_aux_loss_coef == pytest.approx(0.02)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = hand_batch(trainer._tokenizer, n_rows=4, n_real=4, seed=5)
+    trainer._set_window_counts([[batch]])
+    loss = trainer.compute_loss(trainer.model, batch)
+    logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
+    mask = batch["prompt_mask"]
+    aux = trainer.model(
+        input_ids=batch["prompt_ids"], attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+        output_router_logits=True, logits_to_keep=1,
+    ).aux_loss  # fmt: skip
+    assert aux.item() > 0
+    expected = hand_objective(logp, entropy, batch) + 0.02 * aux
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+    assert trainer._metrics["train"]["aux_loss"]
