@@ -413,3 +413,17 @@ def test_an_existing_output_directory_is_kept(work, forked):
     status, stderr = forked["kept"]
     assert status == 1, stderr
     assert (work / "kept" / "earlier").is_dir()
+
+
+def test_a_reader_that_closes_the_pipe_is_not_an_error():
+    """`reflect-trl envs | grep -q x` closes stdout early: the command stops quietly (status 141, as SIGPIPE would)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from reflect_trl.cli import main; sys.exit(main(['envs']))"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "REFLECT_TRL_PROGRESS": "0"},
+    )
+    child.stdout.close()  # the reader is gone before the first line is written
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 141, stderr.decode()
+    assert b"error" not in stderr and b"Traceback" not in stderr, stderr.decode()

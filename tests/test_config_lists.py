@@ -75,4 +75,4 @@ def test_cli_flags_take_both_spellings(tmp_path):
             "greedy",
             "sampled",
         ]
-    assert DemoConfig().eval_decodings == ["greedy", "sampled"]
+    assert DemoConfig().eval_decodings == ["greedy"]  # the recipe evaluates greedy decisions only

@@ -101,3 +101,28 @@ def test_smoke_demo_runs_on_auto_explore(tmp_path):
     assert "depth1" in stages and stages <= {"depth1", "depth2", "depth3"}
     assert len(summary["results"]) == len(TABLE_ROWS) * len(stages)
     assert (tmp_path / "demo" / "data" / "auto_explore" / "README.md").is_file()
+
+
+def test_a_config_file_is_overridden_only_by_the_flags_given(tmp_path):
+    """`reproduce --jobs 2` starts `reflect-trl demo --config <file>` per seed: the file's seed, environment and
+    output directory must survive (argparse defaults once silently replaced them with seed 0)."""
+    from dataclasses import asdict
+
+    from reflect_trl.demo import demo_config_from_cli
+
+    request = tmp_path / "request.json"
+    wanted = DemoConfig.smoke(str(tmp_path / "seed_7"))
+    wanted = DemoConfig(
+        **{**asdict(wanted), "seed": 7, "env_name": "auto_explore", "env_kwargs": {"horizon": 9}}
+    )
+    request.write_text(json.dumps(asdict(wanted)))
+    assert demo_config_from_cli(["--config", str(request)]) == wanted
+    flagged = demo_config_from_cli(["--config", str(request), "--seed", "3", "--rl_steps", "5"])
+    assert (flagged.seed, flagged.rl_steps, flagged.env_name, flagged.output_dir) == (
+        3,
+        5,
+        "auto_explore",
+        str(tmp_path / "seed_7"),
+    )
+    plain = demo_config_from_cli([])
+    assert (plain.seed, plain.env_name, plain.output_dir) == (0, "taxi", "outputs/demo")

@@ -78,9 +78,16 @@ def test_compare_reports_every_pair_and_stage():
 
 @pytest.mark.slow
 def test_reproduce_smoke_two_seeds(tmp_path):
+    """Two seeds as two `reflect-trl demo` processes at once; the pooled counts are the sums of the seeds' own
+    evaluation files."""
     summary = run_reproduce(
         ReproduceConfig(
-            seeds=[0, 1], env_name="taxi", output_dir=str(tmp_path), smoke=True, bootstrap_resamples=200
+            seeds=[0, 1],
+            env_name="taxi",
+            output_dir=str(tmp_path),
+            smoke=True,
+            bootstrap_resamples=200,
+            jobs=2,
         )
     )
     on_disk = json.loads((tmp_path / "summary.json").read_text())
@@ -112,3 +119,35 @@ def test_reproduce_smoke_two_seeds(tmp_path):
     md = (tmp_path / "results.md").read_text()
     assert "| configuration |" in md and "Reflect-RL" in md
     assert (tmp_path / "success_by_seed_greedy.png").is_file()
+    # a second call with the same settings reuses both finished seeds: same rows, no demo run (no demo.log rewrite)
+    logs = {s: (tmp_path / f"seed_{s}" / "demo.log").stat().st_mtime_ns for s in (0, 1)}
+    again = run_reproduce(
+        ReproduceConfig(
+            seeds=[0, 1],
+            env_name="taxi",
+            output_dir=str(tmp_path),
+            smoke=True,
+            bootstrap_resamples=200,
+            jobs=2,
+        )
+    )
+    assert again["rows"] == summary["rows"]
+    assert {s: (tmp_path / f"seed_{s}" / "demo.log").stat().st_mtime_ns for s in (0, 1)} == logs
+
+
+def test_finished_summary_needs_the_same_configuration(tmp_path):
+    from dataclasses import asdict, replace
+
+    from reflect_trl.reproduce import finished_summary
+
+    cfg = ReproduceConfig(seeds=[3], output_dir=str(tmp_path), smoke=True).demo_config(3)
+    seed_dir = tmp_path / "seed_3"
+    seed_dir.mkdir()
+    assert finished_summary(cfg) is None  # nothing there
+    (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
+    assert finished_summary(cfg) is None  # started, not finished
+    (seed_dir / "summary.json").write_text(json.dumps({"results": [{"configuration": "x"}]}))
+    assert finished_summary(cfg) == {"results": [{"configuration": "x"}]}
+    assert finished_summary(replace(cfg, rl_steps=cfg.rl_steps + 1)) is None  # another configuration
+    (seed_dir / "summary.json").write_text("{not json")
+    assert finished_summary(cfg) is None

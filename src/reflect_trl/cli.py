@@ -203,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"reflect-trl {command}: interrupted", file=sys.stderr)
         return 130
+    except (
+        BrokenPipeError
+    ):  # the reader closed the pipe (`| head`, `| grep -q`): stop quietly, like SIGPIPE does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not raise again
+        return 141
     except Exception as err:
         return _report(command, err, debug_enabled())
     return 0

@@ -298,6 +298,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    (out / "summary.json").unlink(
+        missing_ok=True
+    )  # a summary describes a finished run of this configuration only
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     configure_tracking(cfg.report_to, out)
     progress = _Progress()
@@ -531,7 +534,9 @@ def demo_config_file(path: str, parser: argparse.ArgumentParser) -> dict[str, An
     return raw
 
 
-def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
+def demo_config_from_cli(argv: Sequence[str] | None = None) -> DemoConfig:
+    """The checked :class:`DemoConfig` of a ``reflect-trl demo`` command line: defaults, then the ``--config`` file,
+    then the flags that are given."""
     parser = argparse.ArgumentParser(
         prog="reflect-trl demo",
         description=__doc__.splitlines()[0]
@@ -539,13 +544,14 @@ def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         epilog="Any DemoConfig field can be overridden with --field value (e.g. --rl_steps 120, "
         "--eval_decodings greedy); lists take a comma-separated string or a JSON list.",
     )
+    # no argparse defaults for the fields a --config file can set: a flag overrides the file only when given
+    parser.add_argument("--output_dir", default=None, help="where everything goes (default: outputs/demo)")
     parser.add_argument(
-        "--output_dir", default="outputs/demo", help="where everything goes (default: %(default)s)"
+        "--seed", type=int, default=None, help="seed of models, data, RL and evaluation (default: 0)"
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of models, data, RL and evaluation (default: 0)"
+        "--env_name", default=None, help="environment (taxi, auto_explore, textworld, ...; default: taxi)"
     )
-    parser.add_argument("--env_name", default="taxi", help="environment (taxi, auto_explore, textworld, ...)")
     parser.add_argument("--env_kwargs", default=None, help="JSON object of environment kwargs")
     parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (a minute)")
     parser.add_argument("--report_to", default=None, help="wandb (offline without an API key) or none")
@@ -558,17 +564,29 @@ def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         from reflect_trl.progress import disable_progress
 
         disable_progress()
-    cfg = DemoConfig.smoke(args.output_dir) if args.smoke else DemoConfig(output_dir=args.output_dir)
-    if args.config:
-        cfg = replace(cfg, **demo_config_file(args.config, parser))
-    env_kwargs = (
-        _parse_field("env_kwargs", {}, args.env_kwargs, parser)
-        if args.env_kwargs
-        else DEFAULT_ENV_KWARGS.get(args.env_name, {})
-    )
-    cfg = replace(cfg, seed=args.seed, env_name=args.env_name, env_kwargs=env_kwargs)
-    if args.report_to:
-        cfg = replace(cfg, report_to=args.report_to)
+    output_dir = args.output_dir or "outputs/demo"
+    cfg = DemoConfig.smoke(output_dir) if args.smoke else DemoConfig(output_dir=output_dir)
+    from_file = demo_config_file(args.config, parser) if args.config else {}
+    cfg = replace(cfg, **from_file)
+    flags = {
+        name: value
+        for name, value in (
+            ("output_dir", args.output_dir),
+            ("seed", args.seed),
+            ("env_name", args.env_name),
+            ("report_to", args.report_to),
+        )
+        if value is not None
+    }
+    cfg = replace(cfg, **flags)
+    if args.env_kwargs:
+        cfg = replace(cfg, env_kwargs=_parse_field("env_kwargs", {}, args.env_kwargs, parser))
+    elif "env_kwargs" not in from_file:  # the environment's demo defaults
+        cfg = replace(cfg, env_kwargs=DEFAULT_ENV_KWARGS.get(cfg.env_name, {}))
     cfg = replace(cfg, **parse_demo_overrides(rest, parser))
     check_demo_config(cfg)
-    return run_demo(cfg)
+    return cfg
+
+
+def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    return run_demo(demo_config_from_cli(argv))

@@ -180,6 +180,7 @@ class ReproduceConfig:
     smoke: bool = False
     bootstrap_resamples: int = 10_000
     jobs: int = 1
+    rerun: bool = False  # False: a seed whose finished run has the same demo configuration is reused
     demo_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -217,14 +218,44 @@ def _machine() -> dict[str, Any]:
     }
 
 
+def finished_summary(cfg: Any) -> dict[str, Any] | None:
+    """The ``summary.json`` of a finished demo run in ``cfg.output_dir`` whose ``demo_config.json`` equals ``cfg``
+    (every field: seed, steps, data, evaluation); ``None`` when there is none or anything differs."""
+    seed_dir = Path(cfg.output_dir)
+    try:
+        recorded = json.loads((seed_dir / "demo_config.json").read_text())
+        summary = json.loads((seed_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if recorded != json.loads(json.dumps(asdict(cfg))) or "results" not in summary:
+        return None
+    return summary
+
+
 def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
     """Run every seed's demo, ``config.jobs`` at a time. One job: in this process; several: one process per seed
-    (``reflect-trl demo --config``, log in ``seed_<s>/demo.log``), each with one torch thread."""
+    (``reflect-trl demo --config``, log in ``seed_<s>/demo.log``), each with one torch thread. A seed already
+    finished with the same configuration is reused unless ``config.rerun``."""
+    reused: dict[int, dict[str, Any]] = {}
+    if not config.rerun:
+        for seed, cfg in demo_configs.items():
+            if (summary := finished_summary(cfg)) is not None:
+                reused[seed] = summary
+                print(
+                    f"[reproduce] seed {seed}: reusing the finished run in {cfg.output_dir} (--rerun to redo it)"
+                )
+    fresh = _run_demos(config, {seed: cfg for seed, cfg in demo_configs.items() if seed not in reused})
+    return {seed: reused[seed] if seed in reused else fresh[seed] for seed in demo_configs}
+
+
+def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
     import subprocess
     import sys
 
     from reflect_trl.demo import run_demo
 
+    if not demo_configs:
+        return {}
     if config.jobs <= 1:
         summaries = {}
         for i, (seed, cfg) in enumerate(demo_configs.items(), 1):
@@ -440,6 +471,11 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=10_000,
         help="resamples of the paired bootstrap (default: 10000)",
     )
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run every seed again (default: reuse a seed whose finished run has the same configuration)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args, rest = parser.parse_known_args(argv)
     if args.no_progress:
@@ -462,6 +498,7 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         smoke=args.smoke,
         bootstrap_resamples=args.bootstrap_resamples,
         jobs=args.jobs,
+        rerun=args.rerun,
         demo_overrides=overrides,
     )
     return run_reproduce(config)

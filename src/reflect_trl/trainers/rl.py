@@ -125,16 +125,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                 f"no training tasks for curriculum stage(s) {missing}; stages with tasks: {sorted(self._pools)}"
             )
         self.stages = stages
-        if (
-            args.curriculum
-            and args.curriculum_schedule == "steps"
-            and not args.curriculum_stage_starts
-            and args.max_steps < len(stages)
-        ):
-            raise ValueError(
-                f"curriculum_schedule='steps' splits max_steps={args.max_steps} into {len(stages)} stages {stages}; "
-                "set max_steps >= the number of stages, give curriculum_stage_starts, or use curriculum_schedule='success'"
-            )
+        args.check_stage_schedule(stages)
         self.curriculum = Curriculum(
             stages=stages if args.curriculum else ["all"],
             schedule=args.curriculum_schedule,

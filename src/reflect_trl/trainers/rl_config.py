@@ -259,6 +259,11 @@ class ReflectPPOConfig(GRPOConfig):
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             # TRL's default on GPUs, where it saves memory; on a CPU it only recomputes activations (~1/3 more time)
             self.activation_checkpointing = bool(torch.cuda.is_available() and not self.use_cpu)
+        if self.ddp_find_unused_parameters is None:
+            # Every trainable parameter receives a gradient in every backward; the gae value head does so from
+            # outside the DDP module's forward, which the unused-parameter search would mark ready a second time.
+            # (An MoE policy whose experts may go unused in a batch needs True, and then no value head.)
+            self.ddp_find_unused_parameters = False
         if self.reinforce_baseline not in ("none", "batch"):
             raise ValueError(f"reinforce_baseline={self.reinforce_baseline!r}; choose 'none' or 'batch'")
         if not 0.0 <= self.gamma <= 1.0:
@@ -269,6 +274,26 @@ class ReflectPPOConfig(GRPOConfig):
                 f"steps_per_generation={self.steps_per_generation} must be a multiple of "
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps}: the loss is normalised by the real "
                 "turns of each accumulation window, which must lie inside one rollout batch"
+            )
+
+    def check_stage_schedule(self, stages: list[str]) -> None:
+        """The step schedule of the curriculum fits ``stages`` (raises :class:`~reflect_trl.errors.UsageError`)."""
+        from reflect_trl.errors import UsageError
+
+        if (
+            self.curriculum
+            and self.curriculum_schedule == "steps"
+            and not self.curriculum_stage_starts
+            and self.max_steps < len(stages)
+        ):
+            raise UsageError(
+                f"curriculum_schedule='steps' splits max_steps={self.max_steps} into {len(stages)} stages {stages}; "
+                "set max_steps >= the number of stages, give curriculum_stage_starts, or use "
+                "curriculum_schedule='success'"
+            )
+        if self.curriculum_stage_starts and len(self.curriculum_stage_starts) != len(stages):
+            raise UsageError(
+                f"curriculum_stage_starts {self.curriculum_stage_starts}: one start step per stage {stages}"
             )
 
     @property

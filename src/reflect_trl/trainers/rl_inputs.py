@@ -37,21 +37,7 @@ def check_rl_inputs(args, model_args):
     if args.reflection_model_name_or_path:
         check_model_path(args.reflection_model_name_or_path, "reflection_model_name_or_path")
     env = check_env(args.env_name, args.env_kwargs, args.curriculum_stages)
-    stages = list(args.curriculum_stages or env.stages)
-    if (
-        args.curriculum
-        and args.curriculum_schedule == "steps"
-        and not args.curriculum_stage_starts
-        and args.max_steps < len(stages)
-    ):
-        raise UsageError(
-            f"curriculum_schedule='steps' splits max_steps={args.max_steps} into {len(stages)} stages {stages}; set "
-            "max_steps >= the number of stages, give curriculum_stage_starts, or use curriculum_schedule='success'"
-        )
-    if args.curriculum_stage_starts and len(args.curriculum_stage_starts) != len(stages):
-        raise UsageError(
-            f"curriculum_stage_starts {args.curriculum_stage_starts}: one start step per stage {stages}"
-        )
+    args.check_stage_schedule(list(args.curriculum_stages or env.stages))
     tokenizer = load_tokenizer_checked(policy, "model_name_or_path")
     with usage_errors("option_labels"):
         labels = resolve_option_labels(
