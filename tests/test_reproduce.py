@@ -80,16 +80,10 @@ def test_compare_reports_every_pair_and_stage():
 def test_reproduce_smoke_two_seeds(tmp_path):
     """Two seeds as two `reflect-trl demo` processes at once; the pooled counts are the sums of the seeds' own
     evaluation files."""
-    summary = run_reproduce(
-        ReproduceConfig(
-            seeds=[0, 1],
-            env_name="taxi",
-            output_dir=str(tmp_path),
-            smoke=True,
-            bootstrap_resamples=200,
-            jobs=2,
-        )
+    config = ReproduceConfig(
+        seeds=[0, 1], env_name="taxi", output_dir=str(tmp_path), smoke=True, bootstrap_resamples=200, jobs=2
     )
+    summary = run_reproduce(config)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["seeds"] == [0, 1] == summary["seeds"]
     for key in ("rows", "comparisons", "per_seed", "machine", "total_seconds"):
@@ -121,16 +115,7 @@ def test_reproduce_smoke_two_seeds(tmp_path):
     assert (tmp_path / "success_by_seed_greedy.png").is_file()
     # a second call with the same settings reuses both finished seeds: same rows, no demo run (no demo.log rewrite)
     logs = {s: (tmp_path / f"seed_{s}" / "demo.log").stat().st_mtime_ns for s in (0, 1)}
-    again = run_reproduce(
-        ReproduceConfig(
-            seeds=[0, 1],
-            env_name="taxi",
-            output_dir=str(tmp_path),
-            smoke=True,
-            bootstrap_resamples=200,
-            jobs=2,
-        )
-    )
+    again = run_reproduce(config)
     assert again["rows"] == summary["rows"]
     assert {s: (tmp_path / f"seed_{s}" / "demo.log").stat().st_mtime_ns for s in (0, 1)} == logs
 
