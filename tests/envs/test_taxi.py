@@ -372,3 +372,34 @@ def test_destination_stays_visible_under_the_taxi():
     obs, reward, terminated, _, info = env.step(DROPOFF)
     assert info["success"] and reward == DELIVERY and terminated
     assert "@" in grid_of(obs.text) and "Passenger delivered at row 4, col 3" in obs.text
+
+
+def test_state_key_merges_routes_and_separates_future_rewards():
+    """GiGPO groups turns by ``state_key``: the Markov state, not the observation (which lists the actions so far)."""
+    env = DangerousTaxiEnv()
+    start = encode_state(2, 2, 0, 1)  # taxi in the open middle row, passenger at R, destination G
+    keys, texts = [], []
+    for route in ([], [NORTH, SOUTH], [SOUTH, NORTH]):
+        env.reset_to_state(start, "full")
+        for action in route:
+            env.step(action)
+        assert not env.crashed
+        keys.append(env.state_key())
+        texts.append(env.render())
+    assert keys[0] == keys[1] == keys[2]  # three routes to one state: one key
+    assert len(set(texts)) == 3  # ... although the observations differ (the action history)
+
+    # Same gym state, different future rewards: a passenger picked up (bonus paid) and dropped at a wrong station
+    # earns no second bonus, so that state must not share a key with the untouched start.
+    env.reset_to_state(encode_state(0, 0, 0, 1), "full")  # taxi on R with the passenger, destination G
+    fresh = env.state_key()
+    _, reward, *_ = env.step(PICKUP)
+    assert reward == BONUS
+    _, reward, terminated, *_ = env.step(DROPOFF)  # a legal drop-off at R, not the destination
+    assert not terminated and env.state == encode_state(0, 0, 0, 1)
+    assert env.state_key() != fresh
+    _, reward, *_ = env.step(PICKUP)
+    assert reward != BONUS  # the future reward really differs
+    # and the mode (goal and reward rules) is part of the key
+    env.reset_to_state(start, "pickup")
+    assert env.state_key() != keys[0]
