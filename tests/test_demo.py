@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from reflect_trl.demo import RL_RUNS, SFT_RUNS, TABLE_ROWS, DemoConfig, run_demo
 
 
@@ -126,3 +128,52 @@ def test_a_config_file_is_overridden_only_by_the_flags_given(tmp_path):
     )
     plain = demo_config_from_cli([])
     assert (plain.seed, plain.env_name, plain.output_dir) == (0, "taxi", "outputs/demo")
+
+
+@pytest.mark.slow  # starts `transformers serve` (~10 s) and plays every reflection through it
+def test_smoke_demo_with_served_reflection_models(tmp_path):
+    """`reflection_backend: openai`: the demo serves its own SFT'd reflection models with `transformers serve`; RL
+    and evaluation request every reflection from it (the server's access log shows them) and the demo finishes."""
+    for module in ("fastapi", "uvicorn", "openai"):
+        pytest.importorskip(module, reason="`transformers serve` needs reflect-trl[serve]")
+    from dataclasses import replace
+
+    cfg = replace(DemoConfig.smoke(str(tmp_path)), reflection_backend="openai")
+    summary = run_demo(cfg)
+    assert {r["configuration"] for r in summary["results"]} == {label for label, _, _ in TABLE_ROWS}
+    import torch
+
+    # one completions request per reflection: every RL turn of the runs with a reflection model, every evaluation
+    # turn of the configurations with one, and nothing else
+    rl_turns = 0
+    for name, (_, reflection, _) in RL_RUNS.items():
+        args = torch.load(tmp_path / "runs" / name / "training_args.bin", weights_only=False)
+        assert args.reflection_backend == ("openai" if reflection else "hf"), name
+        history = json.loads((tmp_path / "runs" / name / "log_history.json").read_text())
+        if reflection:
+            assert args.reflection_base_url.startswith("http://127.0.0.1:")
+            rl_turns += sum(int(h.get("rollout/turn_samples", 0)) for h in history)
+    eval_turns = sum(
+        round(r["mean_length"] * r["episodes"])
+        for r, (_, _, reflection) in zip(summary["results"], _rows_of(summary["results"]), strict=True)
+        if reflection
+    )
+    server_log = (tmp_path / "logs" / "reflection_server.log").read_text()
+    posts = server_log.count('"POST /v1/completions HTTP/1.1" 200')
+    assert rl_turns > 0 and eval_turns > 0
+    assert posts == rl_turns + eval_turns, server_log[-2000:]
+    assert json.loads((tmp_path / "demo_config.json").read_text())["reflection_backend"] == "openai"
+
+
+def _rows_of(results):
+    """The TABLE_ROWS entry of every evaluation result."""
+    rows = {row[0]: row for row in TABLE_ROWS}
+    return [rows[r["configuration"]] for r in results]
+
+
+def test_an_unknown_reflection_backend_is_refused_before_anything_runs(tmp_path):
+    from reflect_trl.demo import demo_config_from_cli
+
+    with pytest.raises(ValueError, match="reflection_backend 'vllm'"):
+        demo_config_from_cli(["--output_dir", str(tmp_path / "out"), "--reflection_backend", "vllm"])
+    assert not (tmp_path / "out").exists()

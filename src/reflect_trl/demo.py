@@ -16,6 +16,7 @@ Everything lands in ``outputs/demo/`` (configurable) and is reproducible for a s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -63,6 +64,10 @@ class DemoConfig:
     rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
+    # "hf": RL and evaluation play the reflection models in their own processes; "openai": the demo starts a local
+    # `transformers serve` (pip install -e '.[serve]') and RL / evaluation request the SFT'd reflection models from
+    # it by path, as they would from vLLM / SGLang / TGI (docs/serving.md). Same prompts and stop marker.
+    reflection_backend: str = "hf"
     # eval
     eval_episodes_per_stage: int = 300
     eval_decodings: list[str] = field(default_factory=lambda: ["greedy"])
@@ -191,8 +196,11 @@ def _common_train_args(cfg: DemoConfig, run_dir: Path) -> list[str]:
     )
 
 
-def demo_jobs(cfg: DemoConfig, base: Path, data: Path, runs: Path) -> list[Job]:
-    """The demo's SFT, relabel and RL steps as a job graph (long chains first)."""
+def demo_jobs(
+    cfg: DemoConfig, base: Path, data: Path, runs: Path, reflection_base_url: str | None = None
+) -> list[Job]:
+    """The demo's SFT, relabel and RL steps as a job graph (long chains first); with ``reflection_base_url`` the RL
+    steps request their reflections from that server."""
     jobs: dict[str, Job] = {}
 
     def add(
@@ -270,6 +278,8 @@ def demo_jobs(cfg: DemoConfig, base: Path, data: Path, runs: Path) -> list[Job]:
             logging_steps=1,
             log_episodes_every=max(1, cfg.rl_steps // 3),
         )
+        if reflection and reflection_base_url:  # the served model is named by its path
+            argv += _flags(reflection_backend="openai", reflection_base_url=reflection_base_url)
         if not curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
             argv += _flags(curriculum_stages=_stages(cfg)[-1])
         needs = (policy,) + ((reflection,) if reflection else ())
@@ -286,8 +296,6 @@ def demo_jobs(cfg: DemoConfig, base: Path, data: Path, runs: Path) -> list[Job]:
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from reflect_trl.data_builder import DataBuilderConfig, build_datasets
-    from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
-    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
     from reflect_trl.tiny_models import build_tiny_model
     from reflect_trl.tracking import configure_tracking
 
@@ -298,9 +306,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    (out / "summary.json").unlink(
-        missing_ok=True
-    )  # a summary describes a finished run of this configuration only
+    # a summary describes a finished run of this configuration only
+    (out / "summary.json").unlink(missing_ok=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     configure_tracking(cfg.report_to, out)
     progress = _Progress()
@@ -328,7 +335,25 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         build_datasets(data_config)
     data = out / "data" / cfg.env_name
 
-    jobs = demo_jobs(cfg, Path(base), data, runs)
+    with contextlib.ExitStack() as stack:
+        base_url = None
+        if cfg.reflection_backend == "openai":
+            from reflect_trl.reflection.serve import local_reflection_server
+
+            base_url = stack.enter_context(local_reflection_server(out / "logs" / "reflection_server.log"))
+            print(
+                f"[demo {progress.elapsed()}]     reflection server (transformers serve) at {base_url}",
+                flush=True,
+            )
+        report, paths, plots = _train_and_evaluate(cfg, progress, Path(base), data, runs, out, base_url)
+    return _finish(cfg, progress, report, paths, plots, runs, out)
+
+
+def _train_and_evaluate(cfg: DemoConfig, progress, base: Path, data: Path, runs: Path, out: Path, base_url):
+    from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
+    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
+
+    jobs = demo_jobs(cfg, base, data, runs, reflection_base_url=base_url)
     labels = {"sft": "SFT", "rl": "RL", "relabel": "relabel"}
     with progress.step(f"3-4/5 SFT, relabel and RL: {len(jobs)} jobs, {cfg.jobs} at a time"):
 
@@ -351,6 +376,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             seed=cfg.seed + 1000,
             reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
             reflection_temperature=1.0,
+            **({"reflection_backend": "openai", "reflection_base_url": base_url} if base_url else {}),
         )
         configurations = [
             EvalConfiguration(label, str(runs / policy), str(runs / refl) if refl else None)
@@ -372,7 +398,10 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                     decoding=decoding,
                 )
             )
+    return report, paths, plots
 
+
+def _finish(cfg: DemoConfig, progress, report, paths, plots, runs: Path, out: Path) -> dict[str, Any]:
     summary = {
         "config": asdict(cfg),
         "timings_seconds": progress.timings,
@@ -481,6 +510,12 @@ def check_demo_config(cfg: DemoConfig) -> None:
     for name, (value, allowed) in choices.items():
         if value not in allowed:
             raise UsageError(f"{name} {value!r}: choose one of {list(allowed)}")
+    if cfg.reflection_backend not in ("hf", "openai"):
+        raise UsageError(f"reflection_backend {cfg.reflection_backend!r}: choose 'hf' or 'openai'")
+    if cfg.reflection_backend == "openai":
+        from reflect_trl.reflection.serve import check_serving_installed
+
+        check_serving_installed("reflection_backend 'openai' (the demo serves its own reflection models)")
     bad = [d for d in cfg.eval_decodings if d not in DECODINGS]
     if bad or not cfg.eval_decodings:
         raise UsageError(f"eval_decodings {cfg.eval_decodings}: choose from {list(DECODINGS)}")

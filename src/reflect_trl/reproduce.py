@@ -227,7 +227,11 @@ def finished_summary(cfg: Any) -> dict[str, Any] | None:
         summary = json.loads((seed_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    if recorded != json.loads(json.dumps(asdict(cfg))) or "results" not in summary:
+    current = json.loads(json.dumps(asdict(cfg)))
+    defaults = json.loads(
+        json.dumps(asdict(type(cfg)()))
+    )  # fields added since the run had their default then
+    if {k: recorded.get(k, defaults[k]) for k in current} != current or "results" not in summary:
         return None
     return summary
 
