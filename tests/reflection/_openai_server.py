@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-LOOPBACK = "127.0.0.1"
+from reflect_trl.reflection.serve import LOOPBACK, free_port
 
 #: Scripted faults besides an HTTP status (an int): what the server does instead of answering normally.
 FAULTS = {
@@ -35,13 +34,6 @@ FAULTS = {
     "extra-choice": "answer 200 with one choice too many",
     "no-choices": "answer 200 with an object that has no choices",
 }
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -26,7 +26,10 @@ from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_t
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def make_trainer(model_dir: str, out_dir, **overrides) -> ReflectPPOTrainer:
+def make_trainer(
+    model_dir: str, out_dir, reflection_tokenizer: bool = False, **overrides
+) -> ReflectPPOTrainer:
+    """A trainer on 4 training tasks per Taxi stage; ``overrides`` are ReflectPPOConfig fields."""
     env = make_env("taxi")
     tasks = [
         t for s in ("pickup", "dropoff", "full") for t in env.make_tasks("train", 4, seed=0, difficulty=s)
@@ -49,6 +52,7 @@ def make_trainer(model_dir: str, out_dir, **overrides) -> ReflectPPOTrainer:
         args=ReflectPPOConfig(**kwargs),
         train_dataset=tasks_to_dataset(tasks),
         processing_class=load_tokenizer(model_dir),
+        reflection_tokenizer=load_tokenizer(model_dir) if reflection_tokenizer else None,
     )
 
 

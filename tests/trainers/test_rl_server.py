@@ -12,27 +12,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reflection"))
 
 from _completions_server import Choice, CompletionsServer, scripted  # noqa: E402
 from _openai_server import running  # noqa: E402
+from test_rl_loss import make_trainer  # noqa: E402
 
-from reflect_trl.envs import make_env  # noqa: E402
-from reflect_trl.models import load_causal_lm, load_tokenizer  # noqa: E402
 from reflect_trl.reflection.remote import ReflectionServerError  # noqa: E402
-from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_to_dataset  # noqa: E402
+from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer  # noqa: E402
 
 
 def _trainer(model_dir: str, out_dir: Path, base_url: str, **overrides) -> ReflectPPOTrainer:
-    env = make_env("taxi")
-    tasks = [t for s in env.stages for t in env.make_tasks("train", 4, seed=0, difficulty=s)]
-    kwargs = dict(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=3,
-        learning_rate=1e-3,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
+    served = dict(
         reflection_backend="openai",
         reflection_base_url=base_url,
         reflection_server_model="tiny-reflector",
@@ -41,14 +28,7 @@ def _trainer(model_dir: str, out_dir: Path, base_url: str, **overrides) -> Refle
         reflection_max_retries=1,
         log_episodes_every=1,
     )
-    kwargs.update(overrides)
-    return ReflectPPOTrainer(
-        model=load_causal_lm(model_dir),
-        args=ReflectPPOConfig(**kwargs),
-        train_dataset=tasks_to_dataset(tasks),
-        processing_class=load_tokenizer(model_dir),
-        reflection_tokenizer=load_tokenizer(model_dir),
-    )
+    return make_trainer(model_dir, out_dir, reflection_tokenizer=True, **{**served, **overrides})
 
 
 def test_rl_reads_reflections_from_the_server(tiny_model_dir, tmp_path):

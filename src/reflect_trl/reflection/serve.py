@@ -36,7 +36,8 @@ def check_serving_installed(what: str = "reflection_backend 'openai'") -> None:
         )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return sock.getsockname()[1]
@@ -57,7 +58,7 @@ def local_reflection_server(
     """Start ``transformers serve`` on 127.0.0.1 (a free port, offline, models loaded on demand), yield its base URL
     (``http://127.0.0.1:<port>/v1``), and always stop it. Its output goes to ``log_path``."""
     check_serving_installed()
-    port = _free_port()
+    port = free_port()
     cli = Path(sys.executable).with_name("transformers")
     command = [str(cli)] if cli.exists() else [sys.executable, "-m", "transformers.cli.transformers"]
     command += ["serve", "--host", LOOPBACK, "--port", str(port), "--device", device, "--log-level", "info"]

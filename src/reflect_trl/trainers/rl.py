@@ -158,13 +158,8 @@ class ReflectPPOTrainer(GRPOTrainer):
                 tokenizer=reflection_tokenizer,
                 max_new_tokens=args.reflection_max_new_tokens,
                 temperature=args.reflection_temperature,
-                base_url=args.reflection_base_url,
-                model_name=args.reflection_server_model or args.reflection_model_name_or_path,
-                api_key_env=args.reflection_api_key_env,
-                concurrency=args.reflection_concurrency,
-                timeout=args.reflection_timeout,
-                max_retries=args.reflection_max_retries,
                 seed=derive_seed(args.seed, "reflection", self.accelerator.process_index),
+                **args.reflection_server_settings(),
             )
         elif reflection_model is not None:
             if (

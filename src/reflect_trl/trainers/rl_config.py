@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from trl import GRPOConfig
@@ -295,6 +296,18 @@ class ReflectPPOConfig(GRPOConfig):
             raise UsageError(
                 f"curriculum_stage_starts {self.curriculum_stage_starts}: one start step per stage {stages}"
             )
+
+    def reflection_server_settings(self) -> dict[str, Any]:
+        """How to reach the served reflection model (``reflection_backend: openai``): keyword arguments of
+        :func:`~reflect_trl.reflection.player.make_reflection_player` and of the up-front server check."""
+        return {
+            "base_url": self.reflection_base_url,
+            "model_name": self.reflection_server_model or self.reflection_model_name_or_path,
+            "api_key_env": self.reflection_api_key_env,
+            "concurrency": self.reflection_concurrency,
+            "timeout": self.reflection_timeout,
+            "max_retries": self.reflection_max_retries,
+        }
 
     @property
     def labels(self) -> tuple[str, ...] | None:

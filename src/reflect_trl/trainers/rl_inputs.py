@@ -46,13 +46,7 @@ def check_rl_inputs(args, model_args):
     check_label_tokens(tokenizer, labels, "option_labels")
     if args.reflection_backend == "openai":
         check_reflection_server(
-            base_url=args.reflection_base_url,
-            model_name=args.reflection_server_model or args.reflection_model_name_or_path,
-            max_new_tokens=args.reflection_max_new_tokens,
-            concurrency=args.reflection_concurrency,
-            timeout=args.reflection_timeout,
-            max_retries=args.reflection_max_retries,
-            api_key_env=args.reflection_api_key_env,
+            max_new_tokens=args.reflection_max_new_tokens, **args.reflection_server_settings()
         )
     return tokenizer
 
