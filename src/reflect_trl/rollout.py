@@ -75,6 +75,8 @@ class Turn:
     label_token: int = -1
     #: ``env.state_key()`` before the action (recorded when the engine is asked to, e.g. for gigpo)
     state_key: Hashable | None = None
+    #: the option was drawn uniformly by the actor's exploration (``exploration_epsilon``), not from the policy
+    explored: bool = False
 
     @property
     def action_text(self) -> str:
@@ -120,6 +122,7 @@ class Episode:
                     "action_index": t.action_index,
                     "logprob": t.logprob,
                     "reward": t.reward,
+                    **({"explored": True} if t.explored else {}),
                 }
                 for t in self.turns
             ],
@@ -173,7 +176,12 @@ class PolicyActor:
         greedy: bool = False,
         value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
         shared_prefix_min_tokens: int = DEFAULT_SHARED_PREFIX_MIN_TOKENS,
+        exploration_epsilon: float = 0.0,
     ) -> None:
+        if not 0.0 <= exploration_epsilon < 1.0:
+            raise ValueError(f"exploration_epsilon must be in [0, 1), got {exploration_epsilon}")
+        if exploration_epsilon and greedy:
+            raise ValueError("exploration_epsilon needs a sampling actor (greedy=False)")
         self.model = model
         self.tokenizer = tokenizer
         self.option_head = option_head
@@ -181,6 +189,9 @@ class PolicyActor:
         self.greedy = greedy
         self.value_fn = value_fn
         self.shared_prefix_min_tokens = shared_prefix_min_tokens
+        self.exploration_epsilon = exploration_epsilon
+        #: per row of the last ``act``: whether its option came from the exploration draw
+        self.last_explored: list[bool] = []
 
     @property
     def device(self) -> torch.device:
@@ -240,6 +251,14 @@ class PolicyActor:
         n_opt = torch.as_tensor(list(num_options), device=label_logits.device)
         log_probs = masked_log_probs(label_logits, n_opt, self.temperature)
         options = OptionHead.select(log_probs, greedy=self.greedy)
+        explored = torch.zeros(len(options), dtype=torch.bool)
+        if self.exploration_epsilon:
+            # epsilon-exploration over the offered options: a row explores with probability epsilon and then takes
+            # one of its options uniformly; its log-prob stays the policy's own (the PPO ratio's denominator).
+            explored = torch.rand(len(options)) < self.exploration_epsilon
+            uniform = (torch.rand(len(options)) * n_opt.cpu()).long()
+            options = torch.where(explored.to(options.device), uniform.to(options.device), options)
+        self.last_explored = explored.tolist()
         chosen = log_probs.gather(-1, options[:, None]).squeeze(-1)
         entropy = entropy_from_log_probs(log_probs)
         values = None
@@ -398,6 +417,7 @@ class RolloutEngine:
                 ids, [p.num_options for p in prompts], live=views
             )
             self.timings.policy_s += time.perf_counter() - t0
+            explored = getattr(self.policy, "last_explored", None) or []
             # 4. step the environments
             t0 = time.perf_counter()
             head = getattr(self.policy, "option_head", None)
@@ -419,6 +439,7 @@ class RolloutEngine:
                     entropy=entropies[k],
                     value=None if values is None else values[k],
                     label_token=label_ids[options[k]] if label_ids is not None else -1,
+                    explored=bool(explored[k]) if explored else False,
                 )
                 if self.reflection is not None:
                     turn.reflection_tokens = batch.num_tokens[k]
@@ -460,4 +481,6 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         out["reflection_stop_rate"] = sum(t.reflection_stopped for t in reflected) / len(reflected)
     if turns:
         out["policy_entropy"] = sum(t.entropy for t in turns) / len(turns)
+        if any(t.explored for t in turns):
+            out["explored_turn_share"] = sum(t.explored for t in turns) / len(turns)
     return out

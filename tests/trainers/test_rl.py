@@ -88,8 +88,10 @@ def test_without_reflection_uses_plain_prompts(tiny_model_dir, tmp_path):
     assert "# Reflection:" not in text and text.endswith("# Action:\n")
 
 
-def test_ratio_is_exactly_one_on_first_epoch(tiny_model_dir, tmp_path):
-    trainer = _trainer(tiny_model_dir, tmp_path, num_iterations=2)
+@pytest.mark.parametrize("epsilon", [0.0, 0.5])
+def test_ratio_is_exactly_one_on_first_epoch(tiny_model_dir, tmp_path, epsilon):
+    """Also with exploration: an explored turn records the policy's own log-prob of the option it took."""
+    trainer = _trainer(tiny_model_dir, tmp_path, num_iterations=2, exploration_epsilon=epsilon)
     trainer.model.train()
     chunk = trainer._prepare_inputs([{}] * 8)  # GRPO's buffering: generate, shuffle, split
     scores = trainer._score_options(
@@ -182,6 +184,21 @@ def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator
 def test_config_rejects_unknown_estimator():
     with pytest.raises(ValueError, match="advantage_estimator"):
         ReflectPPOConfig(output_dir="/tmp/x", advantage_estimator="ppo2", use_cpu=True, bf16=False)
+
+
+@pytest.mark.parametrize("epsilon", [-0.1, 1.0])
+def test_config_rejects_exploration_outside_unit_interval(epsilon):
+    with pytest.raises(ValueError, match=f"exploration_epsilon must be in \\[0, 1\\), got {epsilon}"):
+        ReflectPPOConfig(output_dir="/tmp/x", exploration_epsilon=epsilon, use_cpu=True, bf16=False)
+
+
+def test_exploration_share_is_logged(tiny_model_dir, tmp_path):
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, max_steps=3, exploration_epsilon=0.3, advantage_estimator="gigpo"
+    )
+    trainer.train()
+    shares = _metric_series(trainer.state.log_history, "rollout/explored_turn_share")
+    assert len(shares) == 3 and all(0.0 < x < 0.8 for x in shares), shares
 
 
 def test_env_kwargs_json_string():

@@ -202,7 +202,13 @@ class ReflectPPOTrainer(GRPOTrainer):
                 return head(hidden.float())
 
         actor = PolicyActor(
-            model, self._tokenizer, self.option_head, self.temperature, greedy=False, value_fn=value_fn
+            model,
+            self._tokenizer,
+            self.option_head,
+            self.temperature,
+            greedy=False,
+            value_fn=value_fn,
+            exploration_epsilon=self.args.exploration_epsilon,
         )
         if self._engine is None:
             self._engine = RolloutEngine(
@@ -452,7 +458,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         metrics["env/episode_length"].append(sum(x[2] for x in everything) / n)
         metrics["env/crash_rate"].append(sum(x[3] for x in everything) / n)
         metrics[f"stage/{stage}/success_rate"].append(sum(x[0] for x in everything) / n)
-        for key in ("reflection_tokens", "reflection_stop_rate", "policy_entropy"):
+        for key in ("reflection_tokens", "reflection_stop_rate", "policy_entropy", "explored_turn_share"):
             if key in stats:
                 metrics[f"rollout/{key}"].append(stats[key])
         metrics["rollout/seconds"].append(seconds)

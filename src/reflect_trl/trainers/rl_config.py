@@ -148,6 +148,14 @@ class ReflectPPOConfig(GRPOConfig):
         default=3,
         metadata={"help": "openai backend: retries of a failed request (then the run stops cleanly)."},
     )
+    exploration_epsilon: float = field(
+        default=0.0,
+        metadata={
+            "help": "Probability that a rollout turn takes a uniformly drawn option instead of the policy's sample "
+            "(0 = off). The turn trains like a sampled one (PPO ratio to the rollout policy), so the step groups of "
+            "gigpo see the alternatives a confident policy never samples (docs/design.md)."
+        },
+    )
     advantage_estimator: str = field(
         default="rloo", metadata={"help": "reinforce | rloo | gae | gigpo (reflect_trl.rl_math)"}
     )
@@ -223,6 +231,8 @@ class ReflectPPOConfig(GRPOConfig):
                     "reflection_backend='openai' needs the served model's name: reflection_server_model "
                     "(or reflection_model_name_or_path)"
                 )
+        if not 0.0 <= self.exploration_epsilon < 1.0:
+            raise ValueError(f"exploration_epsilon must be in [0, 1), got {self.exploration_epsilon}")
         if self.advantage_estimator not in rl_math.ADVANTAGE_ESTIMATORS:
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r}; choose one of {rl_math.ADVANTAGE_ESTIMATORS}"
