@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
             }
     start = {st: results[("SFT (start)", st)] for st in STAGES}
     lines = [f"Held-out `{args.split}` success, greedy, {args.episodes} episodes per stage and run; pooled over "
-             f"seeds {args.seeds} (95 % Wilson) and the paired difference to the SFT start (bootstrap).", "",
+             f"seeds {args.seeds} (95 % Wilson over distinct instances) and the paired difference to the SFT start "
+             "(bootstrap over instances).", "",
              "| run | " + " | ".join(STAGES) + " |", "|---|" + "---|" * len(STAGES)]  # fmt: skip
     lines.append(
         "| SFT (start) | " + " | ".join(f"{100 * start[st].success_rate:.1f} %" for st in STAGES) + " |"
@@ -104,10 +105,13 @@ def main(argv: list[str] | None = None) -> dict:
         for st in STAGES:
             rs = [results[(f"{e} seed {s}", st)] for s in args.seeds]
             k, n = sum(r.successes for r in rs), sum(r.episodes for r in rs)
-            lo, hi = wilson_interval(k, n)
+            # the interval counts the distinct instances of every run
+            distinct = sum(len(set(r.instances)) for r in rs)
+            lo, hi = wilson_interval(k / n * distinct, distinct)
             d, dlo, dhi = paired_bootstrap_difference(
-                [r.outcomes for r in rs], [start[st].outcomes] * len(rs), resamples=2000
-            )
+                [r.outcomes for r in rs], [start[st].outcomes] * len(rs), resamples=2000,
+                instances=[r.instances for r in rs],
+            )  # fmt: skip
             pooled[(e, st)] = {"success": k / n, "ci": [lo, hi], "diff_vs_start": [d, dlo, dhi]}
             per_seed = "/".join(f"{100 * r.success_rate:.0f}" for r in rs)
             cells.append(f"{100 * k / n:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] ({per_seed}); "

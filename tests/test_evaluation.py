@@ -50,6 +50,21 @@ def test_oracle_policy_succeeds_everywhere():
         assert r.success_rate == 1.0 and r.crash_rate == 0.0 and r.episodes == 30
 
 
+def test_intervals_count_distinct_instances():
+    """DangerousTaxi's dropoff stage has 12 start states: 60 held-out episodes repeat them, every result records each
+    episode's instance, and the interval is the Wilson interval of the distinct instances."""
+    settings = EvalSettings(env_name="taxi", episodes_per_stage=60, seed=3, stages=["pickup", "dropoff"])
+    report = evaluate([EvalConfiguration("random", "random")], settings, progress=False)
+    by_stage = {r.stage: r for r in report.results}
+    dropoff = by_stage["dropoff"]
+    assert len(dropoff.instances) == 60 and len(set(dropoff.instances)) <= 12
+    n = len(set(dropoff.instances))
+    assert (dropoff.ci_low, dropoff.ci_high) == pytest.approx(wilson_interval(dropoff.success_rate * n, n))
+    assert all(key.startswith("dropoff:") for key in dropoff.instances)
+    assert f"Distinct instances of stage `dropoff`: {n} of 60 episodes." in report.markdown()
+    assert json.loads(json.dumps(report.to_json()))["results"][1]["instances"] == dropoff.instances
+
+
 def _random_success_probability(env, steps_left: int, memo: dict) -> float:
     """Exact probability that a uniform random policy succeeds from the env's state within steps_left steps."""
     key = (env.state, env.mode, steps_left)

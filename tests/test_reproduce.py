@@ -13,6 +13,7 @@ from reflect_trl.reproduce import (
     paired_bootstrap_difference,
     pool_rows,
     run_reproduce,
+    with_instances,
 )
 
 
@@ -59,6 +60,47 @@ def test_paired_bootstrap_edge_cases_and_pairing():
         paired_bootstrap_difference([[1, 0]], [[1]])
 
 
+def test_bootstrap_resamples_instances_not_episodes():
+    """Each instance repeated 5 times with identical outcomes: resampling instances gives exactly the interval of the
+    deduplicated tasks (same draws), resampling episodes would claim a far narrower one."""
+    a = [1, 1, 0, 1, 0, 1, 1, 0, 1, 1, 0, 1]
+    b = [0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1]
+    once = paired_bootstrap_difference([a], [b], resamples=2000, seed=3)
+    keys = [[f"i{k}" for k in range(len(a)) for _ in range(5)]]
+    rep_a, rep_b = [[x for x in a for _ in range(5)]], [[x for x in b for _ in range(5)]]
+    clustered = paired_bootstrap_difference(rep_a, rep_b, resamples=2000, seed=3, instances=keys)
+    assert clustered == pytest.approx(once)
+    naive = paired_bootstrap_difference(rep_a, rep_b, resamples=2000, seed=3)
+    assert naive[2] - naive[1] < 0.6 * (clustered[2] - clustered[1])
+    with pytest.raises(ValueError, match="instance keys"):
+        paired_bootstrap_difference([a], [b], instances=[["x"]])
+
+
+def test_pooled_interval_counts_distinct_instances_per_seed():
+    dup = dict(_result("A", "s", [1, 0] * 10), instances=["p", "q"] * 10)  # 20 episodes, 2 instances
+    two = {r["configuration"]: r for r in pool_rows({0: [dup], 1: [dup]})}["A"]
+    assert two["episodes"] == 40 and two["instances"] == 4 and two["success_rate"] == 0.5
+    plain = {r["configuration"]: r for r in pool_rows({0: [_result("A", "s", [1, 0] * 10)]})}["A"]
+    assert plain["instances"] == 20
+    assert two["ci_high"] - two["ci_low"] > 1.5 * (plain["ci_high"] - plain["ci_low"])
+
+
+def test_with_instances_rebuilds_the_held_out_instances_of_a_demo_run(tmp_path):
+    """A seed evaluated before instances were recorded gets them from its demo configuration; DangerousTaxi's
+    dropoff stage repeats its 12 start states."""
+    from reflect_trl.demo import DemoConfig
+
+    cfg = DemoConfig(output_dir=str(tmp_path), eval_episodes_per_stage=40)
+    rows = [_result("A", stage, [1] * 40) for stage in ("pickup", "dropoff")]
+    filled = with_instances(rows, cfg)
+    assert all(len(r["instances"]) == 40 for r in filled) and "instances" not in rows[0]
+    assert len(set(filled[1]["instances"])) <= 12 < len(set(filled[0]["instances"]))
+    recorded = dict(rows[0], instances=["x"] * 40)
+    assert with_instances([recorded], cfg)[0]["instances"] == ["x"] * 40
+    with pytest.raises(ValueError, match="has 3 outcomes but its configuration gives 40"):
+        with_instances([_result("A", "pickup", [1, 0, 1])], cfg)
+
+
 def test_compare_reports_every_pair_and_stage():
     per_seed = {}
     for seed in (0, 1):
@@ -93,6 +135,7 @@ def test_reproduce_smoke_two_seeds(tmp_path):
         assert len(row["per_seed"]) == 2
         assert row["successes"] == sum(row["per_seed_successes"])
         assert row["episodes"] == sum(row["per_seed_episodes"])
+        assert 0 < row["instances"] <= row["episodes"]
         # the pooled counts are the sums of the seeds' own evaluation files
         for seed, k, n in zip((0, 1), row["per_seed_successes"], row["per_seed_episodes"], strict=True):
             results = json.loads((tmp_path / f"seed_{seed}" / "eval" / "results.json").read_text())["results"]

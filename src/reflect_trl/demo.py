@@ -294,6 +294,26 @@ def demo_jobs(
     return list(jobs.values())
 
 
+def demo_eval_settings(cfg: DemoConfig, reflection_base_url: str | None = None):
+    """The held-out evaluation of a demo run (``test`` split, seed ``cfg.seed + 1000``)."""
+    from reflect_trl.evaluation import EvalSettings
+
+    return EvalSettings(
+        env_name=cfg.env_name,
+        env_kwargs=dict(cfg.env_kwargs),
+        episodes_per_stage=cfg.eval_episodes_per_stage,
+        decodings=list(cfg.eval_decodings),
+        seed=cfg.seed + 1000,
+        reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
+        reflection_temperature=1.0,
+        **(
+            {"reflection_backend": "openai", "reflection_base_url": reflection_base_url}
+            if reflection_base_url
+            else {}
+        ),
+    )
+
+
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from reflect_trl.data_builder import DataBuilderConfig, build_datasets
     from reflect_trl.tiny_models import build_tiny_model
@@ -350,7 +370,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def _train_and_evaluate(cfg: DemoConfig, progress, base: Path, data: Path, runs: Path, out: Path, base_url):
-    from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
+    from reflect_trl.evaluation import EvalConfiguration, evaluate
     from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
 
     jobs = demo_jobs(cfg, base, data, runs, reflection_base_url=base_url)
@@ -368,16 +388,7 @@ def _train_and_evaluate(cfg: DemoConfig, progress, base: Path, data: Path, runs:
         run_jobs(jobs, workers=cfg.jobs, log_dir=out / "logs", report=report)
 
     with progress.step("5/5 evaluation, table and plots"):
-        settings = EvalSettings(
-            env_name=cfg.env_name,
-            env_kwargs=dict(cfg.env_kwargs),
-            episodes_per_stage=cfg.eval_episodes_per_stage,
-            decodings=list(cfg.eval_decodings),
-            seed=cfg.seed + 1000,
-            reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
-            reflection_temperature=1.0,
-            **({"reflection_backend": "openai", "reflection_base_url": base_url} if base_url else {}),
-        )
+        settings = demo_eval_settings(cfg, base_url)
         configurations = [
             EvalConfiguration(label, str(runs / policy), str(runs / refl) if refl else None)
             for label, policy, refl in TABLE_ROWS

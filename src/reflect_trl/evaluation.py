@@ -58,6 +58,16 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def instance_interval(
+    rate: float, episodes: int, instances: Sequence[str] | None = None
+) -> tuple[float, float]:
+    """95 % Wilson interval of a success rate whose episodes repeat problem instances: the effective sample size is
+    the number of distinct instances (the outcomes of one instance's episodes are identical under greedy decoding on
+    a deterministic environment, e.g. DangerousTaxi; conservative otherwise). Without instances: the episodes."""
+    n = len(set(instances)) if instances else episodes
+    return wilson_interval(rate * n, n)
+
+
 @dataclass
 class EvalConfiguration:
     name: str
@@ -148,12 +158,23 @@ class EvalResult:
     seconds: float
     #: 1/0 per episode, in task order (the same tasks for every configuration: paired comparisons use it)
     outcomes: list[int] = field(default_factory=list)
+    #: the problem instance of each episode (``TextEnv.instance_key``): intervals resample instances, not episodes
+    instances: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_episodes(cls, name: str, stage: str, decoding: str, episodes: Sequence[Episode], seconds: float):
+    def from_episodes(
+        cls,
+        name: str,
+        stage: str,
+        decoding: str,
+        episodes: Sequence[Episode],
+        seconds: float,
+        instances: Sequence[str] | None = None,
+    ):
         n = len(episodes)
         k = sum(ep.success for ep in episodes)
-        lo, hi = wilson_interval(k, n)
+        instances = list(instances) if instances is not None else [ep.task.task_id for ep in episodes]
+        lo, hi = instance_interval(k / n if n else 0.0, n, instances)
         return cls(
             configuration=name,
             stage=stage,
@@ -168,6 +189,7 @@ class EvalResult:
             crash_rate=sum(ep.crashed for ep in episodes) / max(n, 1),
             seconds=seconds,
             outcomes=[int(ep.success) for ep in episodes],
+            instances=instances,
         )
 
 
@@ -293,11 +315,27 @@ class EvalReport:
             "results": [asdict(r) for r in self.results],
         }
 
+    def instance_counts(self) -> list[tuple[str, int, int]]:
+        """(stage, distinct instances, episodes) per stage."""
+        seen: dict[str, tuple[int, int]] = {}
+        for r in self.results:
+            seen.setdefault(r.stage, (len(set(r.instances)) or r.episodes, r.episodes))
+        return [(stage, n, m) for stage, (n, m) in seen.items()]
+
     def markdown(self) -> str:
         lines = [
             f"Environment `{self.settings.env_name}`, {self.settings.episodes_per_stage} held-out episodes per stage "
-            f"(split `{self.settings.split}`, seed {self.settings.seed}); success rate with 95 % Wilson interval.",
+            f"(split `{self.settings.split}`, seed {self.settings.seed}); success rate with a 95 % Wilson interval over "
+            "the distinct problem instances (a repeated instance counts once).",
             "",
+        ]
+        repeated = [(stage, n, m) for stage, n, m in self.instance_counts() if n < m]
+        if repeated:
+            lines += [
+                f"Distinct instances of stage `{stage}`: {n} of {m} episodes." for stage, n, m in repeated
+            ]
+            lines.append("")
+        lines += [
             "| configuration | decoding | stage | success (95% CI) | mean return | mean length | crash rate |",
             "|---|---|---|---|---|---|---|",
         ]
@@ -373,6 +411,10 @@ def evaluate(
         # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
         return {"oracle": ["greedy"], "random": ["sampled"]}.get(conf.policy, settings.decodings)
 
+    instance_env = make_env(settings.env_name, **settings.env_kwargs)
+    instance_keys = {
+        stage: [instance_env.instance_key(t) for t in tasks] for stage, (tasks, _) in stage_tasks.items()
+    }
     cells = sum(len(decodings_of(c)) for c in configurations) * len(stage_tasks)
     bar = progress_bar(total=cells, desc="eval", enabled=progress, unit="cell")
     for conf in configurations:
@@ -383,7 +425,7 @@ def evaluate(
                 start = time.perf_counter()
                 episodes = run_configuration(settings, conf, decoding, tasks, seeds, cache)
                 result = EvalResult.from_episodes(
-                    conf.name, stage, decoding, episodes, time.perf_counter() - start
+                    conf.name, stage, decoding, episodes, time.perf_counter() - start, instance_keys[stage]
                 )
                 report.results.append(result)
                 report.transcripts[f"{conf.name}__{stage}__{decoding}"] = [ep.transcript() for ep in episodes]

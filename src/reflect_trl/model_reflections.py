@@ -127,7 +127,7 @@ def relabel_dataset(
     )
     write_jsonl(
         ({SPLIT_COLUMN: split, **row} for split, rows in rows_by_split.items() for row in rows),
-        output.with_suffix(".jsonl"),
+        output.parent / f"{output.name}.jsonl",  # not with_suffix: "data_T0.7" keeps its ".7"
     )
     labels = Path(dataset).parent / LABELS_FILE  # data/<env>/<name>(.jsonl) -> data/<env>/LABELS_FILE
     if labels.is_file() and labels.resolve() != (output.parent / LABELS_FILE).resolve():

@@ -234,7 +234,7 @@ def plot_seed_bars(
     seeds: Sequence[int],
     path: str | Path,
     decoding: str = "greedy",
-    title: str = "Held-out success, pooled over seeds (95 % Wilson CI); dots: each seed",
+    title: str = "Held-out success, pooled over seeds (95 % Wilson CI over instances); dots: each seed",
 ) -> Path:
     """Grouped bars of pooled success (``reflect-trl reproduce`` rows) with every seed's rate drawn as a dot."""
     import matplotlib

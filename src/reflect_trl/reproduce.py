@@ -4,14 +4,17 @@ Each seed runs the whole method (:func:`reflect_trl.demo.run_demo`): the tiny mo
 data, SFT, RL sampling and the held-out evaluation tasks all change with the seed. The results of every seed are
 then pooled:
 
-* **rows** -- one per (configuration, stage, decoding): the pooled successes / episodes with a 95 % Wilson interval,
-  and the success rate of every seed;
+* **rows** -- one per (configuration, stage, decoding): the pooled successes / episodes with a 95 % Wilson interval
+  (over distinct instances, see below), and the success rate of every seed;
 * **comparisons** -- for the pairs worth stating (Reflect-RL against every other row) and every stage, the difference
-  of the pooled success rates with a 95 % interval from a **paired bootstrap over tasks, stratified by seed**: within
-  one seed every configuration plays the same tasks with the same episode seeds, so the per-task outcomes of two
-  configurations are paired; each bootstrap replicate resamples the tasks of every seed with replacement (the seeds
-  themselves are kept) and recomputes the pooled difference; the interval is the 2.5 / 97.5 percentiles. The
-  per-seed differences are listed too: an interval over tasks says nothing about another training seed, so a claim
+  of the pooled success rates with a 95 % interval from a **paired bootstrap over problem instances, stratified by
+  seed**: within one seed every configuration plays the same tasks with the same episode seeds, so the per-task
+  outcomes of two configurations are paired; each bootstrap replicate resamples the distinct instances of every seed
+  (``TextEnv.instance_key``: held-out tasks can repeat an instance, e.g. DangerousTaxi's ``dropoff`` stage has 12 start
+  states) with replacement, each with all its episodes (the seeds themselves are kept), and recomputes the pooled
+  difference; the interval is the 2.5 / 97.5 percentiles. The rows' Wilson intervals likewise count distinct
+  instances, not episodes. The
+  per-seed differences are listed too: an interval over instances says nothing about another training seed, so a claim
   should also hold on every seed.
 
 Outputs under ``outputs/reproduce/<env>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
@@ -69,7 +72,10 @@ def pool_rows(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[
             cells.append(match[0])
         successes = sum(int(c["successes"]) for c in cells)
         episodes = sum(int(c["episodes"]) for c in cells)
-        low, high = wilson_interval(successes, episodes)
+        # distinct instances per seed (one instance under two seeds' models is two observations)
+        instances = sum(len(set(c.get("instances") or [])) or int(c["episodes"]) for c in cells)
+        rate = successes / episodes if episodes else 0.0
+        low, high = wilson_interval(rate * instances, instances)
         rows.append(
             {
                 "configuration": configuration,
@@ -77,7 +83,8 @@ def pool_rows(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[
                 "decoding": decoding,
                 "successes": successes,
                 "episodes": episodes,
-                "success_rate": successes / episodes if episodes else 0.0,
+                "instances": instances,
+                "success_rate": rate,
                 "ci_low": low,
                 "ci_high": high,
                 "per_seed": [c["success_rate"] for c in cells],
@@ -93,11 +100,13 @@ def paired_bootstrap_difference(
     outcomes_b: Sequence[Sequence[int]],
     resamples: int = 10_000,
     seed: int = 0,
+    instances: Sequence[Sequence[str]] | None = None,
 ) -> tuple[float, float, float]:
     """Pooled success-rate difference a - b and its 95 % percentile interval.
 
     ``outcomes_x[s][i]`` is 1 if configuration x succeeded on task i of seed s (both configurations played the same
-    tasks). Each replicate resamples the task indices of every seed with replacement, keeping the pairs together."""
+    tasks). ``instances[s][i]`` is the problem instance of that task (None: every task its own). Each replicate
+    resamples the instances of every seed with replacement, each with all its tasks, keeping the pairs together."""
     if len(outcomes_a) != len(outcomes_b):
         raise ValueError("outcomes_a and outcomes_b must have one list per seed")
     diffs_per_seed = []
@@ -106,19 +115,29 @@ def paired_bootstrap_difference(
             raise ValueError(
                 f"seed index {s}: {len(a)} vs {len(b)} outcomes; the configurations must share tasks"
             )
-        diffs_per_seed.append([x - y for x, y in zip(a, b, strict=True)])
-    total = sum(len(d) for d in diffs_per_seed)
+        keys = list(instances[s]) if instances is not None else list(range(len(a)))
+        if len(keys) != len(a):
+            raise ValueError(f"seed index {s}: {len(keys)} instance keys for {len(a)} outcomes")
+        clusters: dict[Any, list[int]] = {}  # instance -> [sum of differences, number of tasks]
+        for key, x, y in zip(keys, a, b, strict=True):
+            cell = clusters.setdefault(key, [0, 0])
+            cell[0] += x - y
+            cell[1] += 1
+        diffs_per_seed.append(list(clusters.values()))
+    total = sum(n for d in diffs_per_seed for _, n in d)
     if total == 0:
         raise ValueError("no outcomes to compare")
-    point = sum(sum(d) for d in diffs_per_seed) / total
+    point = sum(diff for d in diffs_per_seed for diff, _ in d) / total
     rng = random.Random(seed)
     replicates = []
     for _ in range(resamples):
-        acc = 0
+        acc = size = 0
         for d in diffs_per_seed:
-            n = len(d)
-            acc += sum(d[rng.randrange(n)] for _ in range(n))
-        replicates.append(acc / total)
+            for _ in range(len(d)):
+                diff, n = d[rng.randrange(len(d))]
+                acc += diff
+                size += n
+        replicates.append(acc / size)
     replicates.sort()
     low = replicates[int(0.025 * (resamples - 1))]
     high = replicates[int(round(0.975 * (resamples - 1)))]
@@ -140,6 +159,12 @@ def compare(
                 return list(r["outcomes"])
         return None
 
+    def instances(seed: int, configuration: str, stage: str, decoding: str) -> list[str]:
+        for r in per_seed[seed]:
+            if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding):
+                return list(r.get("instances") or range(len(r["outcomes"])))
+        return []
+
     stages = list(dict.fromkeys(r["stage"] for seed in seeds for r in per_seed[seed]))
     out = []
     for decoding in decodings:
@@ -149,7 +174,12 @@ def compare(
                 ob = [outcomes(s, b, stage, decoding) for s in seeds]
                 if any(x is None for x in oa + ob):
                     continue
-                diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=len(out))
+                keys = [instances(s, a, stage, decoding) for s in seeds]
+                if keys != [instances(s, b, stage, decoding) for s in seeds]:
+                    raise ValueError(f"{a!r} and {b!r} did not play the same instances of stage {stage!r}")
+                diff, low, high = paired_bootstrap_difference(
+                    oa, ob, resamples, seed=len(out), instances=keys
+                )
                 out.append(
                     {
                         "a": a,
@@ -162,7 +192,7 @@ def compare(
                         "per_seed_diff": [
                             (sum(x) - sum(y)) / max(len(x), 1) for x, y in zip(oa, ob, strict=True)
                         ],
-                        "method": f"paired bootstrap over tasks, stratified by seed ({resamples} resamples)",
+                        "method": f"paired bootstrap over problem instances, stratified by seed ({resamples} resamples)",
                     }
                 )
     return out
@@ -312,6 +342,33 @@ def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
     }
 
 
+def with_instances(results: Sequence[Mapping[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+    """The results of one seed, each with the problem instance of every episode (``instances``): a run evaluated
+    before the evaluation recorded them gets them from its demo configuration (the held-out tasks are a function of
+    it)."""
+    from reflect_trl.demo import demo_eval_settings
+    from reflect_trl.envs import make_env
+    from reflect_trl.evaluation import eval_tasks
+
+    settings = None
+    out = []
+    for r in results:
+        r = dict(r)
+        if not r.get("instances"):
+            if settings is None:
+                settings = demo_eval_settings(cfg)
+                env = make_env(settings.env_name, **settings.env_kwargs)
+            tasks, _ = eval_tasks(settings, r["stage"])
+            if len(tasks) != len(r["outcomes"]):
+                raise ValueError(
+                    f"{cfg.output_dir}: {r['configuration']} / {r['stage']} has {len(r['outcomes'])} outcomes but its "
+                    f"configuration gives {len(tasks)} held-out tasks"
+                )
+            r["instances"] = [env.instance_key(t) for t in tasks]
+        out.append(r)
+    return out
+
+
 def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
     from reflect_trl.demo import check_demo_config
 
@@ -322,7 +379,9 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     per_seed_summary = _run_seeds(config, demo_configs)
-    per_seed_results = {seed: s["results"] for seed, s in per_seed_summary.items()}
+    per_seed_results = {
+        seed: with_instances(s["results"], demo_configs[seed]) for seed, s in per_seed_summary.items()
+    }
     decodings = list(dict.fromkeys(r["decoding"] for rs in per_seed_results.values() for r in rs))
     first = demo_configs[config.seeds[0]]
     summary = {
@@ -415,12 +474,19 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
     parts = [
         f"# reflect-trl reproduce: {summary['env_name']}, seeds {', '.join(map(str, seeds))}\n",
         f"Held-out `test` episodes pooled over {len(seeds)} seeds ({', '.join(map(str, sorted(episodes)))} per "
-        "cell); success rate with a 95 % Wilson interval, then each seed's rate in parentheses.\n",
+        "cell); success rate with a 95 % Wilson interval over the distinct problem instances of every seed (a "
+        "repeated held-out instance counts once), then each seed's rate in parentheses.\n",
     ]
+    stage_instances = {r["stage"]: (r.get("instances", r["episodes"]), r["episodes"]) for r in rows}
+    repeated = [f"`{stage}` {n} of {m}" for stage, (n, m) in stage_instances.items() if n < m]
+    if repeated:
+        parts.append(
+            f"Distinct instances (summed over seeds) of the episodes per cell: {', '.join(repeated)}.\n"
+        )
     for decoding in dict.fromkeys(r["decoding"] for r in rows):
         parts += [f"## {decoding} decoding\n", results_table(rows, decoding)]
         parts += [
-            "Differences of pooled success rates, 95 % paired bootstrap over tasks (stratified by seed):\n",
+            "Differences of pooled success rates, 95 % paired bootstrap over problem instances (stratified by seed):\n",
             comparisons_table(summary["comparisons"], decoding),
         ]
     timing_lines = ["| seed | wall time | " + " | ".join(_short_steps(summary)) + " |"]

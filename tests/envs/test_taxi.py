@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 
@@ -403,3 +404,17 @@ def test_state_key_merges_routes_and_separates_future_rewards():
     # and the mode (goal and reward rules) is part of the key
     env.reset_to_state(start, "pickup")
     assert env.state_key() != keys[0]
+
+
+def test_instance_key_is_the_stage_and_start_state():
+    env = make_env("taxi")
+    tasks = env.make_tasks("test", 300, seed=1000, difficulty="dropoff")
+    keys = [env.instance_key(t) for t in tasks]
+    assert len(set(keys)) == 12, "dropoff starts at one of 12 (station, destination) pairs"
+    for task, key in zip(tasks, keys, strict=True):
+        assert key == f"dropoff:{task.data['start_state']}"
+        assert env.reset(task=task) and env.start_state == task.data["start_state"]
+    full = env.make_tasks("test", 300, seed=1000, difficulty="full")
+    assert len({env.instance_key(t) for t in full}) == len({t.data["start_state"] for t in full}) > 150
+    # the same start state in another stage is another instance
+    assert env.instance_key(dataclasses.replace(full[0], difficulty="pickup")) != env.instance_key(full[0])

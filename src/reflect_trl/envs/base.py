@@ -137,6 +137,12 @@ class TextEnv(ABC):
     def oracle_action(self) -> int:
         """Index (into the current legal actions) of an optimal action."""
 
+    def instance_key(self, task: Task) -> str:
+        """A key of the problem instance ``task`` poses: two tasks with equal keys are the same problem (Taxi: the
+        same stage and start state, whatever their seeds). Held-out statistics resample instances, not episodes, so
+        duplicated instances do not narrow the intervals. Default: every task is its own instance."""
+        return task.task_id
+
     def state_key(self) -> Hashable:
         """A hashable key of the current Markov state, taken *before* the next action.
 

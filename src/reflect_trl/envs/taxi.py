@@ -505,6 +505,12 @@ class DangerousTaxiEnv(TextEnv):
         return shortest_plan(self.state, self.goal)
 
     # -- state access ------------------------------------------------------------------------------------
+    def instance_key(self, task: Task) -> str:
+        """``<stage>:<start state>``: a DangerousTaxi episode is fixed by its mode and start state (the ``dropoff``
+        stage has only 12 start states, so a few hundred held-out tasks repeat them many times)."""
+        mode = self.fixed_mode or self.check_difficulty(task.difficulty)
+        return f"{mode}:{episode_start_state(task.seed, mode)}"
+
     def state_key(self) -> tuple[str, str, int, bool]:
         """``(env, mode, gym state id, pickup bonus already given)``.
 
