@@ -3,15 +3,13 @@ it measures (shared-prefix KV reuse, static cache) give the same results as plai
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from _benchmarks import load_benchmark
 from reflect_trl.action_head import OptionHead
 from reflect_trl.batching import shared_prefix_length
 from reflect_trl.envs import make_env
@@ -20,19 +18,11 @@ from reflect_trl.prompts import build_prompt, reflection_prompt
 from reflect_trl.reflection.model import ReflectionModel
 from reflect_trl.rollout import PolicyActor
 
-BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "rollout_throughput.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    """The benchmark script, imported as a module (it is not part of the installed package)."""
-    name = "rollout_throughput"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH_PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """benchmarks/rollout_throughput.py, imported as a module."""
+    return load_benchmark("rollout_throughput")
 
 
 @pytest.fixture

@@ -3,29 +3,20 @@ actions its prompt lists (negative-example rows included), and only reflections 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from _benchmarks import load_benchmark
 from reflect_trl.data_builder import DataBuilderConfig, generate_rows
 from reflect_trl.envs.taxi import ACTIONS
 from reflect_trl.model_reflections import split_policy_prompt
 
-BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "crash_reflection_rows.py"
-
 
 @pytest.fixture(scope="module")
 def probe():
-    name = "crash_reflection_rows"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH_PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """benchmarks/crash_reflection_rows.py, imported as a module."""
+    return load_benchmark("crash_reflection_rows")
 
 
 @pytest.fixture(scope="module")

@@ -3,30 +3,20 @@ veto actor's replacement rules (tiny model, a handful of DangerousTaxi episodes)
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
+from _benchmarks import load_benchmark
 from reflect_trl.envs import make_env
 from reflect_trl.envs.taxi import ACTIONS
 from reflect_trl.prompts import build_prompt
 from reflect_trl.rollout import Episode, LiveEpisode, RolloutEngine
 
-BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "reflection_veto.py"
-
 
 @pytest.fixture(scope="module")
 def veto():
-    name = "reflection_veto"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH_PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """benchmarks/reflection_veto.py, imported as a module."""
+    return load_benchmark("reflection_veto")
 
 
 def test_named_action_is_the_last_action_mentioned(veto):
