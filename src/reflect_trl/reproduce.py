@@ -13,9 +13,8 @@ then pooled:
   (``TextEnv.instance_key``: held-out tasks can repeat an instance, e.g. DangerousTaxi's ``dropoff`` stage has 12 start
   states) with replacement, each with all its episodes (the seeds themselves are kept), and recomputes the pooled
   difference; the interval is the 2.5 / 97.5 percentiles. The rows' Wilson intervals likewise count distinct
-  instances, not episodes. The
-  per-seed differences are listed too: an interval over instances says nothing about another training seed, so a claim
-  should also hold on every seed.
+  instances, not episodes. The per-seed differences are listed too: an interval over instances says nothing about
+  another training seed, so a claim should also hold on every seed.
 
 Outputs under ``outputs/reproduce/<env>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
 (the configuration x stage table, the comparisons, per-seed spread, wall times, the machine), ``success_by_seed.png``

@@ -458,9 +458,11 @@ class ReflectPPOTrainer(GRPOTrainer):
         metrics["env/episode_length"].append(sum(x[2] for x in everything) / n)
         metrics["env/crash_rate"].append(sum(x[3] for x in everything) / n)
         metrics[f"stage/{stage}/success_rate"].append(sum(x[0] for x in everything) / n)
-        for key in ("reflection_tokens", "reflection_stop_rate", "policy_entropy", "explored_turn_share"):
+        for key in ("reflection_tokens", "reflection_stop_rate", "policy_entropy"):
             if key in stats:
                 metrics[f"rollout/{key}"].append(stats[key])
+        if self.args.exploration_epsilon:  # logged for every rollout (0 when none of its turns explored)
+            metrics["rollout/explored_turn_share"].append(stats.get("explored_turn_share", 0.0))
         metrics["rollout/seconds"].append(seconds)
         metrics["rollout/turn_samples"].append(float(n_samples))
         if self.args.replay_buffer_size > 0:
