@@ -184,6 +184,10 @@ def test_filters_and_splits(data_dir):
     assert ALFWorldEnv(data_dir=str(data_dir), task_types=None, objects=None, receptacles=None).games("train")
     validation = ALFWorldEnv(data_dir=str(data_dir)).make_tasks("validation", 1)
     assert validation[0].data["game"].startswith("json_2.1.1/valid_seen/")
+    repeated = ALFWorldEnv(data_dir=str(data_dir)).make_tasks("validation", 3)
+    env = ALFWorldEnv(data_dir=str(data_dir))
+    assert len({t.task_id for t in repeated}) == 3  # one game, three tasks ...
+    assert {env.instance_key(t) for t in repeated} == {validation[0].data["game"]}  # ... one instance
     with pytest.raises(ALFWorldDataError, match="objects=\\('apple',\\)"):
         ALFWorldEnv(data_dir=str(data_dir), objects=["Apple"]).make_tasks("train", 1)
     with pytest.raises(ALFWorldDataError, match="stage 'hard'"):

@@ -562,3 +562,14 @@ def test_state_key_separates_leave_out_seeds(repo_root):
     other = AutoExploreEnv(roots=[str(repo_root)], leaveout_prob=0.6)
     assert walk(other, task, [], seed=3) == views[3][1]  # same task and seed, another instance: same key
     assert walk(env, task, ["cd coffee", "cd .."], seed=3) == views[3][1]
+
+
+def test_instance_key_merges_the_repeats_of_a_task(default_env):
+    """Asking for more tasks than a split has cycles through them (``@r<k>`` ids): a repeat is the same instance."""
+    pool = default_env.task_pools()["test"]["depth1"]
+    tasks = default_env.make_tasks("test", 5 * len(pool) + 1, seed=1000, difficulty="depth1")
+    keys = [default_env.instance_key(t) for t in tasks]
+    assert len(set(keys)) == len(pool) < len(tasks)
+    assert len({t.task_id for t in tasks}) == len(tasks), "the ids themselves stay unique"
+    for task, key in zip(tasks, keys, strict=True):
+        assert task.task_id.startswith(key) and "@r" not in key

@@ -269,6 +269,7 @@ def test_game_files_by_path_play_with_the_oracle(made_game, tmp_path):
     env = file_env(tmp_path, game_files=[str(made_game)], game_split="all")
     tasks = env.make_tasks("test", 3, seed=0)
     assert [t.data for t in tasks] == [{"game_file": str(made_game.resolve())}] * 3
+    assert {env.instance_key(t) for t in tasks} == {str(made_game.resolve())}, "one game file, one instance"
     assert len({t.seed for t in tasks}) == 3 and {t.difficulty for t in tasks} == {
         "easy"
     }  # a 2-command walkthrough

@@ -414,6 +414,10 @@ class ALFWorldEnv(TextGameEnv):
             },
         )
 
+    def instance_key(self, task: Task) -> str:
+        """The task's game file: :meth:`make_tasks` repeats a split's games (with new seeds) when asked for more."""
+        return str(task.data.get("game") or task.task_id)
+
     def make_tasks(self, split: str, n: int, seed: int = 0, difficulty: str | None = None) -> list[Task]:
         """``n`` tasks of ``split``: its filtered games in a seeded order (a ``game_list``'s in the listed order),
         repeated (with new seeds) when ``n`` exceeds their number; ``difficulty`` keeps only the games of that

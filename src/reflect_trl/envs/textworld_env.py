@@ -516,6 +516,11 @@ class TextWorldEnv(TextGameEnv):
             data={"challenge": self.challenge, "settings": dict(self.stage_settings[level])},
         )
 
+    def instance_key(self, task: Task) -> str:
+        """A game file's tasks are one instance (:meth:`make_tasks` repeats the files when asked for more); a
+        generated game is fixed by its task."""
+        return str(task.data.get("game_file") or task.task_id)
+
     def make_tasks(self, split: str, n: int, seed: int = 0, difficulty: str | None = None) -> list[Task]:
         """``n`` tasks with seeds ``split_seed(seed, split, i)`` (games are generated lazily, on first reset or
         :meth:`prepare`); difficulty None uses ``stage`` or cycles over the stages."""

@@ -67,6 +67,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -498,6 +499,11 @@ class AutoExploreEnv(TextEnv):
         return self.observation, -cost / self.horizon, terminated, truncated, info
 
     # -- Markov state ----------------------------------------------------------------------------------
+    def instance_key(self, task: Task) -> str:
+        """The task's id without the ``@r<k>`` suffix of a repeat: :meth:`make_tasks` cycles through a split's
+        distinct tasks when asked for more (a small corpus has a handful per stage)."""
+        return re.sub(r"@r\d+$", "", task.task_id)
+
     def state_key(self) -> tuple:
         """``(env, repo, question, targets, cwd, catted, leave-out seed, identified)``.
 
