@@ -273,7 +273,7 @@ def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
     if not config.rerun:
         for seed, cfg in demo_configs.items():
             if (summary := finished_summary(cfg)) is not None:
-                reused[seed] = summary
+                reused[seed] = {**summary, "reused": True}
                 print(
                     f"[reproduce] seed {seed}: reusing the finished run in {cfg.output_dir} (--rerun to redo it)"
                 )
@@ -391,6 +391,7 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
         "per_seed": {
             str(seed): {
                 "total_seconds": s["total_seconds"],
+                "reused": bool(s.get("reused")),  # finished by an earlier call with the same configuration
                 "timings_seconds": s["timings_seconds"],
                 "sft_metrics": s.get("sft_metrics", {}),
             }
@@ -493,12 +494,17 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
     for seed in seeds:
         info = summary["per_seed"][str(seed)]
         steps = " | ".join(f"{v:.0f} s" for v in info["timings_seconds"].values())
-        timing_lines.append(f"| {seed} | {info['total_seconds'] / 60:.1f} min | {steps} |")
+        reused = " (reused)" if info.get("reused") else ""
+        timing_lines.append(f"| {seed} | {info['total_seconds'] / 60:.1f} min{reused} | {steps} |")
     machine = summary["machine"]
+    reused_seeds = [seed for seed in seeds if summary["per_seed"][str(seed)].get("reused")]
+    seed_minutes = sum(summary["per_seed"][str(seed)]["total_seconds"] for seed in seeds) / 60
     parts += [
         "## Wall time\n",
         "\n".join(timing_lines) + "\n",
-        f"Total {summary['total_seconds'] / 60:.1f} min on {machine['cpu_count']} CPU cores ({machine['processor']}, "
+        f"Seed runs {seed_minutes:.1f} min in all; this call {summary['total_seconds'] / 60:.1f} min"
+        + (f" (seeds {', '.join(map(str, reused_seeds))} reused from earlier calls)" if reused_seeds else "")
+        + f", on {machine['cpu_count']} CPU cores ({machine['processor']}, "
         f"{machine['platform']}), Python {machine['python']}, torch {machine['torch']}"
         f" ({machine['torch_threads']} threads){', CUDA' if machine['cuda'] else ''}.\n",
     ]
