@@ -29,20 +29,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from reflect_trl.envs import Task, make_env  # noqa: E402
 from reflect_trl.envs.taxi import ACTIONS  # noqa: E402
-from reflect_trl.model_reflections import split_policy_prompt  # noqa: E402
+from reflect_trl.model_reflections import recommended_action, split_policy_prompt  # noqa: E402
 from reflect_trl.models import load_causal_lm, load_tokenizer  # noqa: E402
 from reflect_trl.prompts import LABELS_FILE, reflection_prompt, with_stop  # noqa: E402
 from reflect_trl.reflection.model import ReflectionModel  # noqa: E402
-
-
-def recommended_action(reflection: str) -> int | None:
-    """The action whose text occurs last in the reflection (the one it recommends), or None."""
-    best, position = None, -1
-    for index, text in enumerate(ACTIONS):
-        found = reflection.rfind(text)
-        if found > position:
-            best, position = index, found
-    return best
 
 
 def replay(row: dict):
@@ -72,7 +62,7 @@ def crash_rows(
             chunk = range(start, min(start + batch_size, len(rows)))
             batch = reflector.generate([reflection_prompt(parts[i][0]) for i in chunk])
             for i, text in zip(chunk, batch.texts, strict=True):
-                action = recommended_action(text)
+                action = recommended_action(text, ACTIONS)
                 if action is None or action == rows[i]["action_index"]:
                     continue
                 if copy.deepcopy(envs[i]).step(action)[4]["crash"]:

@@ -35,22 +35,13 @@ sys.path.insert(0, str(ROOT / "src"))
 from reflect_trl.action_head import OptionHead  # noqa: E402
 from reflect_trl.batching import left_pad  # noqa: E402
 from reflect_trl.evaluation import EvalSettings, eval_tasks  # noqa: E402
+from reflect_trl.model_reflections import recommended_action  # noqa: E402
 from reflect_trl.models import load_causal_lm, load_tokenizer  # noqa: E402
 from reflect_trl.prompts import build_prompt, encode_prompts  # noqa: E402
 from reflect_trl.reflection.model import ReflectionModel  # noqa: E402
 from reflect_trl.rollout import Episode, LiveEpisode, PolicyActor, RolloutEngine  # noqa: E402
 
 STAGES = ("pickup", "dropoff", "full")
-
-
-def named_action(reflection: str | None, actions: tuple[str, ...]) -> int | None:
-    """Index of the action whose text occurs last in the reflection (the one it recommends), or None."""
-    best, position = None, -1
-    for index, text in enumerate(actions):
-        found = (reflection or "").rfind(text)
-        if found > position:
-            best, position = index, found
-    return best
 
 
 def crashes(view: LiveEpisode, action_index: int) -> bool:
@@ -140,14 +131,14 @@ def main(argv: list[str] | None = None) -> dict:
             row["success" if name == "plain" else name] = sum(e.success for e in episodes) / len(episodes)
             if name == "plain":
                 plain = episodes
-        turns = [t for e in plain for t in e.turns if named_action(t.reflection, t.actions) is not None]
+        turns = [t for e in plain for t in e.turns if recommended_action(t.reflection, t.actions) is not None]
         row["follows_reflection"] = sum(
-            t.action_index == named_action(t.reflection, t.actions) for t in turns
+            t.action_index == recommended_action(t.reflection, t.actions) for t in turns
         ) / max(len(turns), 1)
         failures = [e for e in plain if not e.success]
         row["failures"] = len(failures)
         row["failures_on_named_action"] = sum(
-            e.turns[-1].action_index == named_action(e.turns[-1].reflection, e.turns[-1].actions)
+            e.turns[-1].action_index == recommended_action(e.turns[-1].reflection, e.turns[-1].actions)
             for e in failures
         )
         row["p_crash_action"] = {

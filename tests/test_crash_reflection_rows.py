@@ -70,5 +70,3 @@ def test_only_reflections_that_recommend_a_crash_become_rows(probe, policy_rows)
         state, reflection, _ = split_policy_prompt(row["prompt"])
         assert probe.replay(row).render() == state
         assert reflection.startswith("so I should ")
-    assert probe.recommended_action("move west, then move north") == ACTIONS.index("move north")
-    assert probe.recommended_action("nothing") is None

@@ -1,4 +1,4 @@
-"""benchmarks/reflection_veto.py: the action a reflection names, the crash check on a copy of the live env, and the
+"""benchmarks/reflection_veto.py: the action a reflection recommends (reflect_trl.model_reflections), the crash check on a copy of the live env, and the
 veto actor's replacement rules (tiny model, a handful of DangerousTaxi episodes)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import torch
 from _benchmarks import load_benchmark
 from reflect_trl.envs import make_env
 from reflect_trl.envs.taxi import ACTIONS
+from reflect_trl.model_reflections import recommended_action
 from reflect_trl.prompts import build_prompt
 from reflect_trl.rollout import Episode, LiveEpisode, RolloutEngine
 
@@ -19,11 +20,12 @@ def veto():
     return load_benchmark("reflection_veto")
 
 
-def test_named_action_is_the_last_action_mentioned(veto):
+def test_recommended_action_is_the_last_action_mentioned():
     text = "Moving west brought me to row 0, col 0. The passenger waits north, so I should move north."
-    assert veto.named_action(text, ACTIONS) == ACTIONS.index("move north")
-    assert veto.named_action("no action here", ACTIONS) is None
-    assert veto.named_action(None, ACTIONS) is None
+    assert recommended_action(text, ACTIONS) == ACTIONS.index("move north")
+    assert recommended_action("no action here", ACTIONS) is None
+    assert recommended_action(None, ACTIONS) is None
+    assert recommended_action("move west, then move north", ACTIONS) == ACTIONS.index("move north")
 
 
 def test_crash_check_leaves_the_live_env_untouched(veto):

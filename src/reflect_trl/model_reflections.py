@@ -51,6 +51,16 @@ def split_policy_prompt(prompt: str) -> tuple[str, str, str]:
     return head.rstrip("\n"), reflection, options
 
 
+def recommended_action(reflection: str | None, actions: Sequence[str]) -> int | None:
+    """Index of the action whose text occurs last in ``reflection`` (the one it recommends), or None."""
+    best, position = None, -1
+    for index, text in enumerate(actions):
+        found = (reflection or "").rfind(text)
+        if found > position:
+            best, position = index, found
+    return best
+
+
 def relabel_rows(
     rows: Sequence[dict[str, Any]], reflection_model, batch_size: int = 64, keep_oracle_rows: bool = True
 ) -> list[dict[str, Any]]:
