@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate, wilson_interval  # noqa: E402
+from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate, instance_interval  # noqa: E402
 from reflect_trl.pipeline import Job, run_jobs  # noqa: E402
 from reflect_trl.reproduce import paired_bootstrap_difference  # noqa: E402
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
             k, n = sum(r.successes for r in rs), sum(r.episodes for r in rs)
             # the interval counts the distinct instances of every run
             distinct = sum(len(set(r.instances)) for r in rs)
-            lo, hi = wilson_interval(k / n * distinct, distinct)
+            lo, hi = instance_interval(k / n, distinct)
             d, dlo, dhi = paired_bootstrap_difference(
                 [r.outcomes for r in rs], [start[st].outcomes] * len(rs), resamples=2000,
                 instances=[r.instances for r in rs],

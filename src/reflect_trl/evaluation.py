@@ -58,14 +58,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def instance_interval(
-    rate: float, episodes: int, instances: Sequence[str] | None = None
-) -> tuple[float, float]:
+def instance_interval(rate: float, instances: int) -> tuple[float, float]:
     """95 % Wilson interval of a success rate whose episodes repeat problem instances: the effective sample size is
     the number of distinct instances (the outcomes of one instance's episodes are identical under greedy decoding on
-    a deterministic environment, e.g. DangerousTaxi; conservative otherwise). Without instances: the episodes."""
-    n = len(set(instances)) if instances else episodes
-    return wilson_interval(rate * n, n)
+    a deterministic environment, e.g. DangerousTaxi; conservative otherwise)."""
+    return wilson_interval(rate * instances, instances)
 
 
 @dataclass
@@ -174,7 +171,7 @@ class EvalResult:
         n = len(episodes)
         k = sum(ep.success for ep in episodes)
         instances = list(instances) if instances is not None else [ep.task.task_id for ep in episodes]
-        lo, hi = instance_interval(k / n if n else 0.0, n, instances)
+        lo, hi = instance_interval(k / n if n else 0.0, len(set(instances)))
         return cls(
             configuration=name,
             stage=stage,
@@ -191,6 +188,12 @@ class EvalResult:
             outcomes=[int(ep.success) for ep in episodes],
             instances=instances,
         )
+
+
+def instance_keys(settings: EvalSettings, tasks: Sequence[Task]) -> list[str]:
+    """``TextEnv.instance_key`` of every task (the problem instance its episode plays)."""
+    env = make_env(settings.env_name, **settings.env_kwargs)
+    return [env.instance_key(t) for t in tasks]
 
 
 def eval_tasks(settings: EvalSettings, stage: str) -> tuple[list[Task], list[int]]:
@@ -411,10 +414,7 @@ def evaluate(
         # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
         return {"oracle": ["greedy"], "random": ["sampled"]}.get(conf.policy, settings.decodings)
 
-    instance_env = make_env(settings.env_name, **settings.env_kwargs)
-    instance_keys = {
-        stage: [instance_env.instance_key(t) for t in tasks] for stage, (tasks, _) in stage_tasks.items()
-    }
+    instances = {stage: instance_keys(settings, tasks) for stage, (tasks, _) in stage_tasks.items()}
     cells = sum(len(decodings_of(c)) for c in configurations) * len(stage_tasks)
     bar = progress_bar(total=cells, desc="eval", enabled=progress, unit="cell")
     for conf in configurations:
@@ -425,7 +425,7 @@ def evaluate(
                 start = time.perf_counter()
                 episodes = run_configuration(settings, conf, decoding, tasks, seeds, cache)
                 result = EvalResult.from_episodes(
-                    conf.name, stage, decoding, episodes, time.perf_counter() - start, instance_keys[stage]
+                    conf.name, stage, decoding, episodes, time.perf_counter() - start, instances[stage]
                 )
                 report.results.append(result)
                 report.transcripts[f"{conf.name}__{stage}__{decoding}"] = [ep.transcript() for ep in episodes]

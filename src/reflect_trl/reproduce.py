@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reflect_trl.evaluation import wilson_interval
+from reflect_trl.evaluation import instance_interval
 
 #: Pairs stated in ``comparisons``: (a, b) means "a minus b".
 COMPARISONS: tuple[tuple[str, str], ...] = (
@@ -74,7 +74,7 @@ def pool_rows(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[
         # distinct instances per seed (one instance under two seeds' models is two observations)
         instances = sum(len(set(c.get("instances") or [])) or int(c["episodes"]) for c in cells)
         rate = successes / episodes if episodes else 0.0
-        low, high = wilson_interval(rate * instances, instances)
+        low, high = instance_interval(rate, instances)
         rows.append(
             {
                 "configuration": configuration,
@@ -152,29 +152,27 @@ def compare(
     """The ``comparisons`` of ``summary.json`` (see the module docstring); pairs whose rows are missing are skipped."""
     seeds = sorted(per_seed)
 
-    def outcomes(seed: int, configuration: str, stage: str, decoding: str) -> list[int] | None:
+    def row(seed: int, configuration: str, stage: str, decoding: str) -> Mapping[str, Any] | None:
         for r in per_seed[seed]:
             if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding):
-                return list(r["outcomes"])
+                return r
         return None
 
-    def instances(seed: int, configuration: str, stage: str, decoding: str) -> list[str]:
-        for r in per_seed[seed]:
-            if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding):
-                return list(r.get("instances") or range(len(r["outcomes"])))
-        return []
+    def instances(r: Mapping[str, Any]) -> list:
+        return list(r.get("instances") or range(len(r["outcomes"])))
 
     stages = list(dict.fromkeys(r["stage"] for seed in seeds for r in per_seed[seed]))
     out = []
     for decoding in decodings:
         for a, b in pairs:
             for stage in stages:
-                oa = [outcomes(s, a, stage, decoding) for s in seeds]
-                ob = [outcomes(s, b, stage, decoding) for s in seeds]
-                if any(x is None for x in oa + ob):
+                ra = [row(s, a, stage, decoding) for s in seeds]
+                rb = [row(s, b, stage, decoding) for s in seeds]
+                if any(r is None for r in ra + rb):
                     continue
-                keys = [instances(s, a, stage, decoding) for s in seeds]
-                if keys != [instances(s, b, stage, decoding) for s in seeds]:
+                oa, ob = [list(r["outcomes"]) for r in ra], [list(r["outcomes"]) for r in rb]
+                keys = [instances(r) for r in ra]
+                if keys != [instances(r) for r in rb]:
                     raise ValueError(f"{a!r} and {b!r} did not play the same instances of stage {stage!r}")
                 diff, low, high = paired_bootstrap_difference(
                     oa, ob, resamples, seed=len(out), instances=keys
@@ -346,24 +344,20 @@ def with_instances(results: Sequence[Mapping[str, Any]], cfg: Any) -> list[dict[
     before the evaluation recorded them gets them from its demo configuration (the held-out tasks are a function of
     it)."""
     from reflect_trl.demo import demo_eval_settings
-    from reflect_trl.envs import make_env
-    from reflect_trl.evaluation import eval_tasks
+    from reflect_trl.evaluation import eval_tasks, instance_keys
 
-    settings = None
+    settings = demo_eval_settings(cfg)
     out = []
     for r in results:
         r = dict(r)
         if not r.get("instances"):
-            if settings is None:
-                settings = demo_eval_settings(cfg)
-                env = make_env(settings.env_name, **settings.env_kwargs)
             tasks, _ = eval_tasks(settings, r["stage"])
             if len(tasks) != len(r["outcomes"]):
                 raise ValueError(
                     f"{cfg.output_dir}: {r['configuration']} / {r['stage']} has {len(r['outcomes'])} outcomes but its "
                     f"configuration gives {len(tasks)} held-out tasks"
                 )
-            r["instances"] = [env.instance_key(t) for t in tasks]
+            r["instances"] = instance_keys(settings, tasks)
         out.append(r)
     return out
 
