@@ -255,9 +255,8 @@ def finished_summary(cfg: Any) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     current = json.loads(json.dumps(asdict(cfg)))
-    defaults = json.loads(
-        json.dumps(asdict(type(cfg)()))
-    )  # fields added since the run had their default then
+    # fields added since the run had their default then
+    defaults = json.loads(json.dumps(asdict(type(cfg)())))
     if {k: recorded.get(k, defaults[k]) for k in current} != current or "results" not in summary:
         return None
     return summary

@@ -190,7 +190,7 @@ class PolicyActor:
         self.value_fn = value_fn
         self.shared_prefix_min_tokens = shared_prefix_min_tokens
         self.exploration_epsilon = exploration_epsilon
-        #: per row of the last ``act``: whether its option came from the exploration draw
+        #: per row of the last ``act``: whether its option came from the exploration draw (empty without exploration)
         self.last_explored: list[bool] = []
 
     @property
@@ -251,14 +251,14 @@ class PolicyActor:
         n_opt = torch.as_tensor(list(num_options), device=label_logits.device)
         log_probs = masked_log_probs(label_logits, n_opt, self.temperature)
         options = OptionHead.select(log_probs, greedy=self.greedy)
-        explored = torch.zeros(len(options), dtype=torch.bool)
+        self.last_explored = []
         if self.exploration_epsilon:
             # epsilon-exploration over the offered options: a row explores with probability epsilon and then takes
             # one of its options uniformly; its log-prob stays the policy's own (the PPO ratio's denominator).
             explored = torch.rand(len(options)) < self.exploration_epsilon
             uniform = (torch.rand(len(options)) * n_opt.cpu()).long()
             options = torch.where(explored.to(options.device), uniform.to(options.device), options)
-        self.last_explored = explored.tolist()
+            self.last_explored = explored.tolist()
         chosen = log_probs.gather(-1, options[:, None]).squeeze(-1)
         entropy = entropy_from_log_probs(log_probs)
         values = None

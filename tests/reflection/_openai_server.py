@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from reflect_trl.reflection.serve import LOOPBACK, free_port
+from reflect_trl.reflection.serve import LOOPBACK, free_port, serve_command, serve_env, stop_server
 
 #: Scripted faults besides an HTTP status (an int): what the server does instead of answering normally.
 FAULTS = {
@@ -251,29 +250,13 @@ def transformers_serve(
 ) -> Iterator[TransformersServe]:
     """Start ``transformers serve <model_dir>`` on 127.0.0.1:<free port> (CPU, offline); always stop it."""
     port = free_port()
-    cli = Path(sys.executable).with_name("transformers")
-    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "transformers.cli.transformers"]
-    command += [
-        "serve",
-        str(model_dir),
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-        "--device",
-        "cpu",
-        "--log-level",
-        "info",
-        *extra_args,
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
     process = subprocess.Popen(
-        command,
+        serve_command(port, str(model_dir), "cpu", extra_args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         text=True,
-        env=env,
+        env=serve_env(),
     )
     server = TransformersServe(process, port)
     try:
@@ -288,9 +271,4 @@ def transformers_serve(
             time.sleep(0.1)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_server(process, timeout=10)

@@ -51,6 +51,29 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def serve_command(port: int, model: str | None = None, device: str = "cpu", extra_args=()) -> list[str]:
+    """The ``transformers serve`` command line on 127.0.0.1:``port`` (``model`` forced, else loaded on demand)."""
+    cli = Path(sys.executable).with_name("transformers")
+    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "transformers.cli.transformers"]
+    command += ["serve", *([model] if model else []), "--host", LOOPBACK, "--port", str(port)]
+    return command + ["--device", device, "--log-level", "info", *extra_args]
+
+
+def serve_env() -> dict[str, str]:
+    """The server's environment: offline (no hub), unbuffered, uncoloured logs."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+
+
+def stop_server(process: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Terminate the server, killing it if it does not stop within ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)
+
+
 @contextmanager
 def local_reflection_server(
     log_path: Path, start_timeout: float = 120.0, device: str = "cpu"
@@ -59,14 +82,14 @@ def local_reflection_server(
     (``http://127.0.0.1:<port>/v1``), and always stop it. Its output goes to ``log_path``."""
     check_serving_installed()
     port = free_port()
-    cli = Path(sys.executable).with_name("transformers")
-    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "transformers.cli.transformers"]
-    command += ["serve", "--host", LOOPBACK, "--port", str(port), "--device", device, "--log-level", "info"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            serve_command(port, device=device),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=serve_env(),
         )
         try:
             deadline = time.monotonic() + start_timeout
@@ -82,9 +105,4 @@ def local_reflection_server(
                 time.sleep(0.2)
             yield f"http://{LOOPBACK}:{port}/v1"
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_server(process)
