@@ -10,9 +10,11 @@ from reflect_trl.reproduce import (
     COMPARISONS,
     ReproduceConfig,
     compare,
+    exposure_table,
     paired_bootstrap_difference,
     pool_rows,
     run_reproduce,
+    training_instances,
     with_instances,
 )
 
@@ -85,6 +87,33 @@ def test_pooled_interval_counts_distinct_instances_per_seed():
     assert two["ci_high"] - two["ci_low"] > 1.5 * (plain["ci_high"] - plain["ci_low"])
 
 
+def test_pool_rows_split_seen_and_unseen_instances():
+    """Held-out episodes whose instance was one of the seed's training tasks are counted apart."""
+    seed0 = dict(_result("A", "s", [1, 1, 0, 0, 1]), instances=["p", "p", "q", "r", "r"])
+    seed1 = dict(_result("A", "s", [0, 1]), instances=["p", "q"])
+    training = {0: {"s": {"p"}}, 1: {"s": {"q", "z"}}}
+    (row,) = pool_rows({0: [seed0], 1: [seed1]}, training)
+    assert row["seen"] == {"successes": 3, "episodes": 3, "instances": 2, "success_rate": 1.0}
+    assert row["unseen"] == {"successes": 1, "episodes": 4, "instances": 3, "success_rate": 0.25}
+    assert row["seen"]["episodes"] + row["unseen"]["episodes"] == row["episodes"]
+    (plain,) = pool_rows({0: [seed0], 1: [seed1]})
+    assert "seen" not in plain  # no training instances given
+    (unknown,) = pool_rows({0: [seed0], 1: [seed1]}, {0: training[0]})  # one seed without them: no split
+    assert "seen" not in unknown
+
+
+def test_training_instances_of_a_taxi_demo_cover_the_dropoff_start_states(tmp_path):
+    from reflect_trl.demo import DemoConfig
+
+    cfg = DemoConfig(output_dir=str(tmp_path))
+    train = training_instances(cfg)
+    assert set(train) == {"pickup", "dropoff", "full"}
+    assert len(train["dropoff"]) == 12  # every dropoff start state is a training task
+    held_out = with_instances([_result("A", "pickup", [1] * 300)], cfg)[0]["instances"]
+    seen = {k for k in held_out if k in train["pickup"]}
+    assert 0 < len(seen) < len(set(held_out))  # some held-out pickup instances were trained on, most were not
+
+
 def test_with_instances_rebuilds_the_held_out_instances_of_a_demo_run(tmp_path):
     """A seed evaluated before instances were recorded gets them from its demo configuration; DangerousTaxi's
     dropoff stage repeats its 12 start states."""
@@ -155,6 +184,10 @@ def test_reproduce_smoke_two_seeds(tmp_path):
         assert c["ci_low"] <= c["diff"] <= c["ci_high"]
     md = (tmp_path / "results.md").read_text()
     assert "| configuration |" in md and "Reflect-RL" in md
+    for row in on_disk["rows"]:  # held-out episodes split by whether the instance was a training task
+        assert row["seen"]["episodes"] + row["unseen"]["episodes"] == row["episodes"]
+        assert row["seen"]["successes"] + row["unseen"]["successes"] == row["successes"]
+    assert "(unseen)" in md and exposure_table(on_disk["rows"], "greedy") in md
     assert (tmp_path / "success_by_seed_greedy.png").is_file()
     # a second call with the same settings reuses both finished seeds: same rows, no demo run (no demo.log rewrite)
     logs = {s: (tmp_path / f"seed_{s}" / "demo.log").stat().st_mtime_ns for s in (0, 1)}

@@ -88,3 +88,62 @@ class Curriculum:
             )
         self.stage_index = int(state["stage_index"])
         self._recent = deque((bool(x) for x in state.get("recent", [])), maxlen=self.window)
+
+
+# ------------------------------------------------------------------------------ task sampling within a stage
+TASK_SAMPLINGS = ("uniform", "failures")
+
+
+@dataclass
+class FailurePriorities:
+    """Failure-prioritised task sampling within a stage (in the spirit of Prioritized Level Replay, Jiang et al.
+    2021, with the recent failure rate as the score).
+
+    Each problem instance (``TextEnv.instance_key``) keeps a score ``s``: the failure rate of its episodes in the
+    last rollout that drew it, smoothed over rollouts, ``s <- (1 - alpha) s + alpha (1 - success rate)``; an instance
+    never drawn scores 1 (optimistic, so every instance gets looked at). A task of a pool of N is drawn with
+
+        P(task i) = rho / N + (1 - rho) * s_i / sum_j s_j          (uniform when every score is 0)
+
+    ``rho`` (``uniform_share``) keeps every task in play, so the instances the policy already solves are still
+    rehearsed while the batch leans towards those it fails. The scores are plain data (``state_dict``)."""
+
+    uniform_share: float = 0.5
+    alpha: float = 0.5
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.uniform_share <= 1.0:
+            raise ValueError(f"task sampling: uniform_share must be in [0, 1], got {self.uniform_share}")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"task sampling: alpha must be in (0, 1], got {self.alpha}")
+
+    def score(self, key: str) -> float:
+        return self.scores.get(key, 1.0)
+
+    def weights(self, keys: Sequence[str]) -> list[float]:
+        """P(task i) for a pool whose tasks have the instance keys ``keys`` (sums to 1)."""
+        n = len(keys)
+        if n == 0:
+            return []
+        scores = [self.score(k) for k in keys]
+        total = sum(scores)
+        if total <= 0.0:
+            return [1.0 / n] * n
+        return [self.uniform_share / n + (1.0 - self.uniform_share) * s / total for s in scores]
+
+    def update(self, outcomes: Sequence[tuple[str, bool]]) -> None:
+        """Record one rollout's episode outcomes as (instance key, success) pairs, from every process."""
+        by_key: dict[str, list[bool]] = {}
+        for key, success in outcomes:
+            by_key.setdefault(key, []).append(bool(success))
+        for key, results in by_key.items():
+            failure = 1.0 - sum(results) / len(results)
+            old = self.scores.get(key)
+            self.scores[key] = failure if old is None else (1.0 - self.alpha) * old + self.alpha * failure
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scores": dict(self.scores)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scores = {str(k): float(v) for k, v in state.get("scores", {}).items()}

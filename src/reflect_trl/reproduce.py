@@ -48,8 +48,43 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
 
 
 # ------------------------------------------------------------------------------------------------- statistics
-def pool_rows(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """Pool the evaluation results of several seeds: one row per (configuration, stage, decoding)."""
+def _outcomes_by_exposure(
+    cells: Sequence[Mapping[str, Any]], seen: Sequence[set[str] | None]
+) -> dict[str, dict[str, Any]] | None:
+    """The outcomes of one row's cells (one per seed) split by whether the episode's instance was also among that
+    seed's training tasks (``seen[i]``: the training instance keys of cell i's seed and stage)."""
+    if any(s is None or not c.get("instances") for c, s in zip(cells, seen, strict=True)):
+        return None
+    out = {}
+    for part, wanted in (("seen", True), ("unseen", False)):
+        successes = episodes = instances = 0
+        for cell, keys in zip(cells, seen, strict=True):
+            chosen = [
+                (k, o)
+                for k, o in zip(cell["instances"], cell["outcomes"], strict=True)
+                if (k in keys) == wanted
+            ]
+            successes += sum(bool(o) for _, o in chosen)
+            episodes += len(chosen)
+            instances += len({k for k, _ in chosen})
+        out[part] = {
+            "successes": successes,
+            "episodes": episodes,
+            "instances": instances,
+            "success_rate": successes / episodes if episodes else None,
+        }
+    return out
+
+
+def pool_rows(
+    per_seed: Mapping[int, Sequence[Mapping[str, Any]]],
+    training: Mapping[int, Mapping[str, set[str]]] | None = None,
+) -> list[dict[str, Any]]:
+    """Pool the evaluation results of several seeds: one row per (configuration, stage, decoding).
+
+    With ``training`` (seed -> stage -> instance keys of that seed's training tasks), each row also gets ``seen`` /
+    ``unseen``: its held-out episodes whose problem instance was / was not among the training tasks (an environment
+    with few instances, like DangerousTaxi, repeats training instances in its held-out split)."""
     seeds = sorted(per_seed)
     keys: dict[tuple[str, str, str], None] = {}
     for seed in seeds:
@@ -91,7 +126,26 @@ def pool_rows(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[
                 "per_seed_episodes": [int(c["episodes"]) for c in cells],
             }
         )
+        if training is not None:
+            exposure = _outcomes_by_exposure(cells, [training.get(seed, {}).get(stage) for seed in seeds])
+            if exposure is not None:
+                rows[-1].update(exposure)
     return rows
+
+
+def training_instances(cfg: Any) -> dict[str, set[str]]:
+    """Stage -> instance keys of the training tasks of a demo run (its SFT data and its RL tasks)."""
+    from reflect_trl.envs import make_env
+
+    env = make_env(cfg.env_name, **dict(cfg.env_kwargs))
+    out: dict[str, set[str]] = {}
+    for stage in env.stages:
+        tasks = env.make_tasks("train", cfg.n_train_tasks, seed=cfg.seed, difficulty=stage)  # SFT data
+        tasks += env.make_tasks(
+            "train", max(cfg.n_train_tasks, 8), seed=cfg.seed, difficulty=stage
+        )  # RL tasks
+        out[stage] = {env.instance_key(t) for t in tasks}
+    return out
 
 
 def paired_bootstrap_difference(
@@ -379,7 +433,9 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
     summary = {
         "env_name": config.env_name,
         "seeds": list(config.seeds),
-        "rows": pool_rows(per_seed_results),
+        "rows": pool_rows(
+            per_seed_results, {seed: training_instances(c) for seed, c in demo_configs.items()}
+        ),
         "comparisons": compare(per_seed_results, COMPARISONS, decodings, config.bootstrap_resamples),
         "per_seed": {
             str(seed): {
@@ -447,6 +503,27 @@ def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def exposure_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: configurations x stages, success on held-out instances seen in training / unseen ("" without)."""
+    chosen = [r for r in rows if r["decoding"] == decoding and "seen" in r]
+    if not chosen:
+        return ""
+    stages = list(dict.fromkeys(r["stage"] for r in chosen))
+    lines = ["| configuration | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
+
+    def cell(part: Mapping[str, Any]) -> str:
+        rate = part["success_rate"]
+        return f"{_pct(rate)} % ({part['instances']})" if rate is not None else "– (0)"
+
+    for conf in dict.fromkeys(r["configuration"] for r in chosen):
+        cells = []
+        for stage in stages:
+            r = next((x for x in chosen if x["configuration"] == conf and x["stage"] == stage), None)
+            cells.append(f"{cell(r['seen'])} / {cell(r['unseen'])}" if r else "")
+        lines.append(f"| {conf} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def comparisons_table(comparisons: Sequence[Mapping[str, Any]], decoding: str) -> str:
     lines = ["| a − b | stage | difference [95 % CI] | per seed |", "|---|---|---|---|"]
     for c in comparisons:
@@ -482,6 +559,14 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
             "Differences of pooled success rates, 95 % paired bootstrap over problem instances (stratified by seed):\n",
             comparisons_table(summary["comparisons"], decoding),
         ]
+        exposure = exposure_table(rows, decoding)
+        if exposure:
+            parts += [
+                "Held-out episodes whose problem instance was also a training task of the seed (seen) / the others "
+                "(unseen): success rate (distinct instances, summed over seeds). The splits hold out task seeds; an "
+                "environment with few instances repeats training instances in `test`.\n",
+                exposure,
+            ]
     timing_lines = ["| seed | wall time | " + " | ".join(_short_steps(summary)) + " |"]
     timing_lines.append("|---|---|" + "---|" * len(_short_steps(summary)))
     for seed in seeds:

@@ -325,6 +325,30 @@ def test_rewards_success_failure_and_horizon(env):
         short.step(0)
 
 
+def test_step_cost_zero_makes_a_quick_wrong_answer_as_bad_as_a_long_one(env):
+    """step_cost=0 (the demo's RL): success +1, any failure -1 whatever its length; with the default cost a quick
+    wrong `id` (-1 - 1/H) beats a search that fails (-2), which teaches a weak policy to answer at once."""
+    task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/payments/card.py"])
+    free = AutoExploreEnv(roots=env.roots, step_cost=0.0)
+    success, steps, total = run_oracle(free, task)
+    assert success and steps == 4 and total == pytest.approx(1.0)
+    obs = free.reset(task=task)
+    _, reward, terminated, *_ = free.step(obs.actions.index("id README.md"))
+    assert terminated and reward == pytest.approx(-1.0)
+    short = AutoExploreEnv(roots=env.roots, horizon=4, step_cost=0.0)
+    obs, total = short.reset(task=task), 0.0
+    for _ in range(4):
+        obs, reward, terminated, truncated, _ = short.step(
+            obs.actions.index("cd coffee") if "cd coffee" in obs.actions else 0
+        )
+        total += reward
+        if terminated or truncated:
+            break
+    assert truncated and total == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="step_cost must be >= 0, got -1"):
+        AutoExploreEnv(roots=env.roots, step_cost=-1)
+
+
 def test_oracle_solves_every_example_task(env):
     tasks = all_tasks(env)
     assert len(tasks) >= 25

@@ -149,9 +149,17 @@ def test_nan_loss_stops_with_step_in_message(tiny_model_dir, tmp_path):
         trainer.train()
 
 
-@pytest.mark.parametrize("estimator", ["rloo", "gae"])
-def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator):
-    common = dict(max_steps=4, advantage_estimator=estimator, replay_buffer_size=32, replay_samples=2)
+@pytest.mark.parametrize(
+    ("estimator", "task_sampling"), [("rloo", "uniform"), ("gae", "uniform"), ("gigpo", "failures")]
+)
+def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator, task_sampling):
+    common = dict(
+        max_steps=4,
+        advantage_estimator=estimator,
+        replay_buffer_size=32,
+        replay_samples=2,
+        task_sampling=task_sampling,
+    )
     full = _trainer(tiny_model_dir, tmp_path / "full", **common)
     full.train()
     expected = [h for h in full.state.log_history if "loss" in h]
@@ -199,6 +207,40 @@ def test_exploration_share_is_logged(tiny_model_dir, tmp_path):
     trainer.train()
     shares = _metric_series(trainer.state.log_history, "rollout/explored_turn_share")
     assert len(shares) == 3 and all(0.0 < x < 0.8 for x in shares), shares
+
+
+def test_config_rejects_unknown_task_sampling():
+    with pytest.raises(ValueError, match="task_sampling='hardest'"):
+        ReflectPPOConfig(output_dir="/tmp/x", task_sampling="hardest", use_cpu=True, bf16=False)
+    with pytest.raises(ValueError, match="uniform_share must be in \\[0, 1\\], got 2.0"):
+        ReflectPPOConfig(output_dir="/tmp/x", task_sampling_uniform_share=2.0, use_cpu=True, bf16=False)
+
+
+def test_failure_sampling_draws_the_failed_instances(tiny_model_dir, tmp_path):
+    env = make_env("taxi")
+    tasks = env.make_tasks("train", 24, seed=0, difficulty="dropoff")
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        tasks=tasks,
+        curriculum=False,
+        max_steps=2,
+        task_sampling="failures",
+        task_sampling_uniform_share=0.0,
+    )
+    keys = {env.instance_key(t) for t in tasks}
+    assert len(keys) > 2  # 24 dropoff tasks pose several of the 12 start states
+    failing = sorted(keys)[0]
+    # every instance seen: one failing, the others solved
+    trainer.task_priorities.update([(k, k != failing) for k in keys])
+    drawn = trainer._draw_tasks(40)
+    assert {env.instance_key(t) for t in drawn} == {failing}
+    trainer.task_priorities.scores.clear()
+    trainer.train()  # the rollouts' outcomes (every process) become the scores
+    assert set(trainer.task_priorities.scores) <= keys and trainer.task_priorities.scores
+    assert all(0.0 <= v <= 1.0 for v in trainer.task_priorities.scores.values())
+    drawn_scores = _metric_series(trainer.state.log_history, "tasks/drawn_failure_score")
+    assert len(drawn_scores) == 2 and drawn_scores[0] == 1.0  # nothing seen before the first rollout
 
 
 def test_env_kwargs_json_string():

@@ -42,8 +42,8 @@ from trl.trainer.utils import use_adapter
 from reflect_trl import rl_math
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
 from reflect_trl.batching import left_pad, position_ids_from_mask
-from reflect_trl.curriculum import Curriculum
-from reflect_trl.envs import Task, get_env_class, make_env
+from reflect_trl.curriculum import Curriculum, FailurePriorities
+from reflect_trl.envs import Task, TextEnv, get_env_class, make_env
 from reflect_trl.prompts import resolve_option_labels, write_option_labels
 from reflect_trl.reflection.player import ReflectionPlayer, make_reflection_player
 from reflect_trl.reflection.remote import ReflectionServerError
@@ -180,6 +180,20 @@ class ReflectPPOTrainer(GRPOTrainer):
             seed=derive_seed(args.seed, "replay", self.accelerator.process_index),
         )
         self._task_rng = random.Random(derive_seed(args.seed, "tasks", self.accelerator.process_index))
+        # Failure-prioritised task draws (task_sampling="failures"): scores per problem instance, updated from the
+        # outcomes of every process, so all processes hold the same scores.
+        self.task_priorities: FailurePriorities | None = None
+        self._instance_keyer: TextEnv | None = None
+        self._instance_keys: dict[str, list[str]] = {}
+        if args.task_sampling == "failures":
+            self.task_priorities = FailurePriorities(
+                args.task_sampling_uniform_share, args.task_sampling_alpha
+            )
+            self._instance_keyer = make_env(args.env_name, **(args.env_kwargs or {}))
+            self._instance_keys = {
+                stage: [self._instance_keyer.instance_key(t) for t in pool]
+                for stage, pool in self._pools.items()
+            }
         self._rollouts = 0
         self._engine: RolloutEngine | None = None
 
@@ -232,7 +246,10 @@ class ReflectPPOTrainer(GRPOTrainer):
 
     def _draw_tasks(self, n_tasks: int) -> list[Task]:
         pool = self._pools[self.curriculum.stage]
-        return [pool[self._task_rng.randrange(len(pool))] for _ in range(n_tasks)]
+        if self.task_priorities is None:
+            return [pool[self._task_rng.randrange(len(pool))] for _ in range(n_tasks)]
+        weights = self.task_priorities.weights(self._instance_keys[self.curriculum.stage])
+        return self._task_rng.choices(pool, weights=weights, k=n_tasks)
 
     def _turn_advantages(self, episodes: list[Episode]) -> tuple[list[list[float]], list[list[float]] | None]:
         """Per-turn advantages (and value targets for GAE), see ``reflect_trl.rl_math``."""
@@ -448,7 +465,17 @@ class ReflectPPOTrainer(GRPOTrainer):
         self, mode: str, stage: str, episodes: list[Episode], seconds: float, n_samples: int
     ) -> None:
         """Gather episode outcomes from all processes, log metrics, update the curriculum."""
-        local = [(ep.success, ep.total_return, ep.length, ep.crashed) for ep in episodes]
+        keyer = self._instance_keyer
+        local = [
+            (
+                ep.success,
+                ep.total_return,
+                ep.length,
+                ep.crashed,
+                keyer.instance_key(ep.task) if keyer else None,
+            )
+            for ep in episodes
+        ]
         everything = gather_object(local)
         stats = episode_metrics(episodes)
         metrics = self._metrics[mode]
@@ -467,6 +494,12 @@ class ReflectPPOTrainer(GRPOTrainer):
         metrics["rollout/turn_samples"].append(float(n_samples))
         if self.args.replay_buffer_size > 0:
             metrics["replay/size"].append(float(len(self.replay)))
+        if mode == "train" and self.task_priorities is not None:
+            keys = [x[4] for x in everything]
+            metrics["tasks/drawn_failure_score"].append(
+                sum(self.task_priorities.score(k) for k in keys) / n  # before this rollout's outcomes
+            )
+            self.task_priorities.update([(x[4], x[0]) for x in everything])
         if mode == "train" and self.curriculum.schedule == "success":
             self._advance_curriculum([x[0] for x in everything])
         if self.args.log_episodes_every and self._rollouts % self.args.log_episodes_every == 0:
@@ -640,6 +673,9 @@ class ReflectPPOTrainer(GRPOTrainer):
             "curriculum": self.curriculum.state_dict(),
             "replay": self.replay.state_dict(),
             "task_rng": self._task_rng.getstate(),
+            "task_priorities": self.task_priorities.state_dict()
+            if self.task_priorities is not None
+            else None,
             "rollouts": self._rollouts,
         }
 
@@ -664,6 +700,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         self.curriculum.load_state_dict(state["curriculum"])
         if self.args.replay_buffer_size > 0:
             self.replay.load_state_dict(state["replay"])
+        if self.task_priorities is not None and state.get("task_priorities") is not None:
+            self.task_priorities.load_state_dict(state["task_priorities"])
         rng = state["task_rng"]
         self._task_rng.setstate((rng[0], tuple(rng[1]), rng[2]))
         self._rollouts = int(state["rollouts"])

@@ -17,6 +17,7 @@ from trl import GRPOConfig
 
 from reflect_trl import rl_math
 from reflect_trl.config_lists import parse_int_list, parse_list
+from reflect_trl.curriculum import TASK_SAMPLINGS, FailurePriorities
 from reflect_trl.prompts import parse_option_labels
 
 #: The one loss this trainer implements (``rl_math.turn_losses``): PPO's clipped surrogate per turn, normalised by
@@ -189,6 +190,21 @@ class ReflectPPOConfig(GRPOConfig):
         default=0.8, metadata={"help": "Success rate that promotes (success)."}
     )
     curriculum_window: int = field(default=64, metadata={"help": "Episodes in the success window (success)."})
+    task_sampling: str = field(
+        default="uniform",
+        metadata={
+            "help": "How a rollout draws its tasks from the stage's pool: uniform | failures (failure-prioritised: "
+            "instances the policy failed recently are drawn more often, reflect_trl.curriculum.FailurePriorities)."
+        },
+    )
+    task_sampling_uniform_share: float = field(
+        default=0.5,
+        metadata={"help": "failures: share rho of the draw probability spread uniformly over the pool."},
+    )
+    task_sampling_alpha: float = field(
+        default=0.5,
+        metadata={"help": "failures: smoothing alpha of an instance's failure score per rollout."},
+    )
     num_train_tasks: int = field(default=256, metadata={"help": "Training tasks per stage."})
     task_seed: int = field(default=0, metadata={"help": "Seed of the task generator."})
     shuffle_options: bool = field(default=False, metadata={"help": "Seeded shuffling of the option order."})
@@ -233,6 +249,13 @@ class ReflectPPOConfig(GRPOConfig):
                 )
         if not 0.0 <= self.exploration_epsilon < 1.0:
             raise ValueError(f"exploration_epsilon must be in [0, 1), got {self.exploration_epsilon}")
+        if self.task_sampling not in TASK_SAMPLINGS:
+            raise ValueError(f"task_sampling={self.task_sampling!r}; choose one of {TASK_SAMPLINGS}")
+        # FailurePriorities checks its own ranges; building one here fails at parse time, naming the field.
+        try:
+            FailurePriorities(self.task_sampling_uniform_share, self.task_sampling_alpha)
+        except ValueError as err:
+            raise ValueError(f"{err} (task_sampling_uniform_share / task_sampling_alpha)") from None
         if self.advantage_estimator not in rl_math.ADVANTAGE_ESTIMATORS:
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r}; choose one of {rl_math.ADVANTAGE_ESTIMATORS}"

@@ -36,7 +36,7 @@ a wrong ``id`` is a failure. Reaching the horizon without an ``id`` is a failure
 ============================== ============ ===================
 event                          cost         reward (H = 15)
 ============================== ============ ===================
-every step                     1            -1/H  = -0.067
+every step (``step_cost``)     1            -1/H  = -0.067
 refused command ("invalid")    +2           -2/H  = -0.133
 ``id`` of a target (success)   -H           +1
 wrong ``id`` or horizon hit    +H           -1
@@ -156,8 +156,14 @@ class AutoExploreEnv(TextEnv):
         max_tasks_per_file: int = 3,
         filter_catted: bool = True,
         seed: int = 0,
+        step_cost: float = STEP_COST,
     ) -> None:
         super().__init__(horizon=horizon)
+        if step_cost < 0:
+            raise ValueError(f"auto_explore: step_cost must be >= 0, got {step_cost}")
+        # The cost table's 1 per step makes a quick wrong `id` (-1 - 2/H) cheaper than a long search that fails
+        # (-2): a policy that rarely succeeds learns to answer at once. step_cost=0 removes that incentive (RL only).
+        self.step_cost = float(step_cost)
         if not 0.0 <= leaveout_prob < 1.0:
             raise ValueError(f"auto_explore: leaveout_prob must be in [0, 1), got {leaveout_prob}")
         if max_content_tokens < 1 or max_content_lines < 1:
@@ -456,7 +462,7 @@ class AutoExploreEnv(TextEnv):
         self.t += 1
         self.history.append(command)
         self.last_message = result.message
-        cost = STEP_COST
+        cost = self.step_cost
         terminated = False
         if not result.ok:
             cost += INVALID_COST
