@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import shutil
 
 import pytest
@@ -230,3 +231,35 @@ def test_eval_prompts_use_the_labels_recorded_with_the_policy(tiny_model_dir, tm
             [EvalConfiguration("p", str(policy_dir))],
             EvalSettings(**{**settings.__dict__, "option_labels": "ABCDEF"}),
         )
+
+
+def test_eval_command_line_takes_several_policies_in_order():
+    from reflect_trl.evaluation import parse_eval_args
+
+    configurations, _, _ = parse_eval_args(
+        ["--policy", "runs/sft", "--reflection", "runs/refl", "--name", "before",
+         "--policy", "runs/rl", "--name", "after", "--reflection", "runs/refl", "--policy", "oracle"]
+    )  # fmt: skip
+    assert [(c.name, c.policy, c.reflection) for c in configurations] == [
+        ("before", "runs/sft", "runs/refl"),
+        ("after", "runs/rl", "runs/refl"),
+        ("oracle", "oracle", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--reflection", "r", "--policy", "p"], "--reflection 'r' comes before any --policy"),
+        (
+            ["--policy", "p", "--name", "a", "--name", "b"],
+            "--name given twice for --policy 'p' \\('a', then 'b'\\)",
+        ),
+    ],
+)
+def test_eval_command_line_rejects_orphan_or_repeated_flags(argv, message, capsys):
+    from reflect_trl.evaluation import parse_eval_args
+
+    with pytest.raises(SystemExit):
+        parse_eval_args(argv)
+    assert re.search(message, capsys.readouterr().err)

@@ -508,11 +508,19 @@ def eval_parser() -> argparse.ArgumentParser:
         help="YAML with settings (the flags below) and a 'configurations' list",
     )
     parser.add_argument(
-        "--policy", help="add one configuration: a policy directory / hub id, or oracle / random"
+        "--policy",
+        action=_ConfigurationFlag,
+        help="add one configuration: a policy directory / hub id, or oracle / random (repeatable)",
     )
-    parser.add_argument("--reflection", help="the reflection model of that configuration (default: none)")
     parser.add_argument(
-        "--name", help="the name of that configuration (default: the policy's directory name)"
+        "--reflection",
+        action=_ConfigurationFlag,
+        help="the reflection model of the configuration of the --policy before it (default: none)",
+    )
+    parser.add_argument(
+        "--name",
+        action=_ConfigurationFlag,
+        help="the name of the configuration of the --policy before it (default: the policy's directory name)",
     )
     parser.add_argument("--output_dir", default=None, help="where results go (default: outputs/eval)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -526,6 +534,28 @@ def eval_parser() -> argparse.ArgumentParser:
             kwargs["choices"] = REFLECTION_BACKENDS
         parser.add_argument(f"--{name}", **kwargs)
     return parser
+
+
+class _ConfigurationFlag(argparse.Action):
+    """``--policy`` opens a configuration; ``--reflection`` / ``--name`` complete the last one opened, so
+    ``--policy A --reflection R --name a --policy B`` gives two configurations (nothing is silently replaced)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        configs = getattr(namespace, "cli_configurations", None) or []
+        if self.dest == "policy":
+            configs.append({"policy": values})
+        elif not configs:
+            parser.error(
+                f"{option_string} {values!r} comes before any --policy: it belongs to the --policy before it"
+            )
+        elif self.dest in configs[-1]:
+            parser.error(
+                f"{option_string} given twice for --policy {configs[-1]['policy']!r} "
+                f"({configs[-1][self.dest]!r}, then {values!r})"
+            )
+        else:
+            configs[-1][self.dest] = values
+        namespace.cli_configurations = configs
 
 
 def read_eval_yaml(path: str) -> dict[str, Any]:
@@ -574,9 +604,11 @@ def parse_eval_args(
     for key in SETTING_HELP:
         if getattr(args, key) is not None:
             raw[key] = getattr(args, key)
-    if args.policy:
+    for flags in getattr(args, "cli_configurations", None) or []:
         configurations.append(
-            EvalConfiguration(args.name or Path(args.policy).name, args.policy, args.reflection)
+            EvalConfiguration(
+                flags.get("name") or Path(flags["policy"]).name, flags["policy"], flags.get("reflection")
+            )
         )
     if not configurations:
         parser.error("nothing to evaluate: give --policy or a 'configurations' list in --config")

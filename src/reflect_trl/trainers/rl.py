@@ -15,7 +15,7 @@ epochs over one rollout batch, checkpointing and logging -- and brings its own s
   real turns and divided by that count, so the gradient is the same on one process or many and for any gradient
   accumulation;
 * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler`` / ``save_model`` add the curriculum, replay buffer, task
-  RNG, value head and option labels.
+  RNG, failure scores of ``task_sampling="failures"``, value head and option labels.
 
 ``tests/trainers/test_rl_loss.py`` drives hand-built batches through these hooks (1 process and 2 gloo processes)
 and compares with hand-computed objectives, so a change of GRPOTrainer's private behaviour fails a test.
