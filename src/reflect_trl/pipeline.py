@@ -19,13 +19,15 @@ from pathlib import Path
 @dataclass
 class Job:
     """One ``reflect-trl <command> <argv>`` step; ``needs`` names the jobs that must finish first; ``env`` adds
-    environment variables (e.g. ``WANDB_DIR``)."""
+    environment variables (e.g. ``WANDB_DIR``); ``log`` is where a worker process writes its output (default:
+    ``log_dir/<name>.log``)."""
 
     name: str
     command: str
     argv: list[str]
     needs: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    log: Path | None = None
 
 
 class JobFailed(RuntimeError):
@@ -81,10 +83,11 @@ def run_jobs(
             timings[job.name] = time.perf_counter() - t0
             report(job.name, "done", timings[job.name])
         return timings
-    if log_dir is None:
-        raise ValueError("run_jobs with several workers needs a log_dir")
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    if log_dir is None and any(job.log is None for job in jobs):
+        raise ValueError("run_jobs with several workers needs a log_dir (or a log for every job)")
+    logs = {job.name: Path(job.log) if job.log else Path(log_dir) / f"{job.name}.log" for job in jobs}
+    for path in logs.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
     pending = list(jobs)
     running: dict[str, tuple[subprocess.Popen, object, float]] = {}
     base_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -94,7 +97,7 @@ def run_jobs(
             while ready and len(running) < workers:
                 job = ready.pop(0)
                 pending.remove(job)
-                log = open(log_dir / f"{job.name}.log", "w")  # noqa: SIM115 (closed when the job ends)
+                log = open(logs[job.name], "w")  # noqa: SIM115 (closed when the job ends)
                 cmd = [sys.executable, "-m", "reflect_trl.cli", "--no-progress", job.command, *job.argv]
                 proc = subprocess.Popen(
                     cmd, stdout=log, stderr=subprocess.STDOUT, env={**base_env, **job.env}
@@ -111,7 +114,7 @@ def run_jobs(
                 del running[name]
                 if proc.returncode:
                     raise JobFailed(
-                        f"job {name!r} failed with exit status {proc.returncode}; see {log_dir / f'{name}.log'}"
+                        f"job {name!r} failed with exit status {proc.returncode}; see {logs[name]}"
                     )
                 timings[name] = time.perf_counter() - t0
                 report(name, "done", timings[name])

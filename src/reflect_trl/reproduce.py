@@ -333,59 +333,28 @@ def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
 
 
 def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
-    import subprocess
-    import sys
+    """One ``reflect-trl demo --config seed_<s>/demo_request.json`` job per seed (:func:`reflect_trl.pipeline.run_jobs`,
+    ``config.jobs`` at a time, log in ``seed_<s>/demo.log``); returns each seed's ``summary.json``."""
+    from reflect_trl.pipeline import Job, run_jobs
 
-    from reflect_trl.demo import run_demo
-
-    if not demo_configs:
-        return {}
-    if config.jobs <= 1:
-        summaries = {}
-        for i, (seed, cfg) in enumerate(demo_configs.items(), 1):
-            print(f"\n[reproduce] seed {seed} ({i}/{len(demo_configs)})", flush=True)
-            summaries[seed] = run_demo(cfg)
-        return summaries
-    pending = list(demo_configs.items())
-    running: dict[int, tuple[subprocess.Popen, Any, float]] = {}
+    jobs = []
+    for seed, cfg in demo_configs.items():
+        seed_dir = Path(cfg.output_dir)
+        seed_dir.mkdir(parents=True, exist_ok=True)
+        request = seed_dir / "demo_request.json"
+        request.write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+        jobs.append(Job(f"seed {seed}", "demo", ["--config", str(request)], log=seed_dir / "demo.log"))
     start = time.perf_counter()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    failed: list[int] = []
-    while pending or running:
-        while pending and len(running) < config.jobs:
-            seed, cfg = pending.pop(0)
-            seed_dir = Path(cfg.output_dir)
-            seed_dir.mkdir(parents=True, exist_ok=True)
-            request = seed_dir / "demo_request.json"
-            request.write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-            log = open(seed_dir / "demo.log", "w")  # noqa: SIM115 (closed when the process ends)
-            cmd = [sys.executable, "-m", "reflect_trl.cli", "--no-progress", "demo", "--config", str(request)]
-            running[seed] = (
-                subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
-                log,
-                time.perf_counter(),
-            )
-            print(
-                f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] seed {seed} started (log {seed_dir / 'demo.log'})",
-                flush=True,
-            )
-        time.sleep(2)
-        for seed, (proc, log, t0) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            log.close()
-            del running[seed]
-            status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
-            print(
-                f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] seed {seed} {status} after "
-                f"{(time.perf_counter() - t0) / 60:.1f} min",
-                flush=True,
-            )
-            if proc.returncode:
-                failed.append(seed)
-    if failed:
-        logs = ", ".join(str(demo_configs[s].output_dir) + "/demo.log" for s in failed)
-        raise RuntimeError(f"reproduce: the demo of seed(s) {failed} failed; see {logs}")
+
+    def report(name: str, event: str, seconds: float) -> None:
+        if event == "start":
+            where = f" (log {next(j.log for j in jobs if j.name == name)})" if config.jobs > 1 else ""
+            message = f"{name} started{where}"
+        else:
+            message = f"{name} done after {seconds / 60:.1f} min"
+        print(f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] {message}", flush=True)
+
+    run_jobs(jobs, workers=config.jobs, report=report)
     return {
         seed: json.loads((Path(cfg.output_dir) / "summary.json").read_text())
         for seed, cfg in demo_configs.items()
