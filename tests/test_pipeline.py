@@ -58,7 +58,10 @@ def test_a_failed_job_is_named_with_its_log(tmp_path):
 
 
 def test_a_job_may_name_its_own_log(tmp_path):
-    jobs = [Job("a", "envs", [], log=tmp_path / "a" / "own.log"), Job("b", "envs", [], log=tmp_path / "b.txt")]
+    jobs = [
+        Job("a", "envs", [], log=tmp_path / "a" / "own.log"),
+        Job("b", "envs", [], log=tmp_path / "b.txt"),
+    ]
     run_jobs(jobs, workers=2)  # every job has its log: no log_dir needed
     assert "taxi" in (tmp_path / "a" / "own.log").read_text() and "taxi" in (tmp_path / "b.txt").read_text()
     with pytest.raises(ValueError, match="needs a log_dir"):

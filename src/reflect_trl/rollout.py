@@ -143,7 +143,11 @@ class LiveEpisode:
 class Actor(Protocol):
     """What the engine needs from the player that chooses the actions: ``tokenizer`` (None for an actor that reads
     no token ids: the engine then skips tokenizing the policy prompts), the option ``labels`` shown in the prompts,
-    and ``act`` (one option per live episode, with log-probs, entropies and optional values)."""
+    and ``act`` (one option per live episode, with log-probs, entropies and optional values).
+
+    An actor that sometimes overrides its own choice (``PolicyActor`` with ``exploration_epsilon``) also sets
+    ``last_explored``, one bool per row of its last ``act``; the engine reads it when present (it becomes
+    ``Turn.explored``), so actors written against the four-value ``act`` keep working unchanged."""
 
     tokenizer: Any
 
