@@ -496,7 +496,7 @@ def eval_parser() -> argparse.ArgumentParser:
     """The command line of ``reflect-trl eval``."""
     parser = argparse.ArgumentParser(
         prog="reflect-trl eval",
-        usage="reflect-trl eval [--config EVAL.yaml] [--policy DIR [--reflection DIR] [--name NAME]] "
+        usage="reflect-trl eval [--config EVAL.yaml] [--policy DIR [--reflection DIR] [--name NAME] ...] "
         "[--SETTING VALUE ...]",
         description="Evaluate policies (with or without a reflection model, or the built-in oracle/random) on "
         "held-out episodes of every stage: success with 95 % Wilson intervals, results.json, results.md and "
