@@ -20,18 +20,9 @@ done
   --reflection $reflection --output $out/data_crash --samples 4 --temperature 1.0
 [ -d $out/small-llama ] || .venv/bin/reflect-trl build-tiny --output_dir $out/small-llama --arch llama --preset small --seed 0
 
-sft_eval() {  # NAME BASE DATA [more sft flags]: the demo's policy SFT settings, then the evaluation
-  local name=$1 base=$2 dataset=$3; shift 3
-  [ -f $out/$name/eval/results.md ] && return 0
-  .venv/bin/reflect-trl --no-progress sft --model_name_or_path $base --dataset_path $dataset --env_name taxi \
-    --role policy --max_steps 400 --per_device_train_batch_size 16 --learning_rate 3e-3 --lr_scheduler_type cosine \
-    --warmup_steps 20 --logging_steps 40 --eval_strategy no --max_length 1024 --max_eval_samples 96 \
-    --eval_num_policy_samples 96 --eval_num_reflection_samples 24 --reflection_max_new_tokens 48 \
-    --output_dir $out/$name --use_cpu true --bf16 false --seed 0 --report_to none --save_strategy no \
-    --disable_tqdm true "$@"
-  .venv/bin/reflect-trl --no-progress eval --policy $out/$name --reflection $reflection --name $name \
-    --split validation --seed 777 --episodes_per_stage 300 --decodings greedy --reflection_temperature 0 \
-    --reflection_max_new_tokens 48 --output_dir $out/$name/eval
+source benchmarks/_policy_sft.sh
+sft_eval() {  # NAME BASE DATA [more sft flags]: SFT, then the evaluation with the seed's reflection model
+  local name=$1; policy_sft $out "$@" && policy_eval $out $name $reflection
 }
 tiny=$seed_dir/models/tiny-llama
 sft_eval tiny_relabelled $tiny $data/policy_reflect_model

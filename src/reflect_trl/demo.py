@@ -274,7 +274,7 @@ def demo_jobs(
             beta=cfg.rl_beta,
             reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
             reflection_temperature=0,
-            num_train_tasks=max(cfg.n_train_tasks, 8),
+            num_train_tasks=rl_train_tasks(cfg),
             task_seed=cfg.seed,
             curriculum=curriculum,
             logging_steps=1,
@@ -294,6 +294,11 @@ def demo_jobs(
     sft("sft_plain")
     rl("rl_plain")
     return list(jobs.values())
+
+
+def rl_train_tasks(cfg: DemoConfig) -> int:
+    """Training tasks per stage of the demo's RL runs (the SFT data's, at least 8 for the RL batches)."""
+    return max(cfg.n_train_tasks, 8)
 
 
 def demo_eval_settings(cfg: DemoConfig, reflection_base_url: str | None = None):

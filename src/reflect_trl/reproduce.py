@@ -30,7 +30,7 @@ import os
 import platform
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -135,17 +135,22 @@ def pool_rows(
 
 def training_instances(cfg: Any) -> dict[str, set[str]]:
     """Stage -> instance keys of the training tasks of a demo run (its SFT data and its RL tasks)."""
+    from reflect_trl.demo import rl_train_tasks
     from reflect_trl.envs import make_env
 
     env = make_env(cfg.env_name, **dict(cfg.env_kwargs))
-    out: dict[str, set[str]] = {}
-    for stage in env.stages:
-        tasks = env.make_tasks("train", cfg.n_train_tasks, seed=cfg.seed, difficulty=stage)  # SFT data
-        tasks += env.make_tasks(
-            "train", max(cfg.n_train_tasks, 8), seed=cfg.seed, difficulty=stage
-        )  # RL tasks
-        out[stage] = {env.instance_key(t) for t in tasks}
-    return out
+    counts = {
+        cfg.n_train_tasks,
+        rl_train_tasks(cfg),
+    }  # the SFT data's tasks, the RL tasks (one call when equal)
+    return {
+        stage: {
+            env.instance_key(t)
+            for n in counts
+            for t in env.make_tasks("train", n, seed=cfg.seed, difficulty=stage)
+        }
+        for stage in env.stages
+    }
 
 
 def paired_bootstrap_difference(
@@ -453,23 +458,25 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
-    """Markdown: configurations x stages, pooled success [95 % Wilson] and the per-seed rates."""
-    chosen = [r for r in rows if r["decoding"] == decoding]
+def _stage_grid(chosen: Sequence[Mapping[str, Any]], cell: Callable[[Mapping[str, Any]], str]) -> str:
+    """Markdown: one line per configuration, one column per stage, ``cell(row)`` in each ("" where no row)."""
     stages = list(dict.fromkeys(r["stage"] for r in chosen))
-    configurations = list(dict.fromkeys(r["configuration"] for r in chosen))
-    lines = [
-        "| configuration | " + " | ".join(stages) + " |",
-        "|---|" + "---|" * len(stages),
-    ]
-    for conf in configurations:
-        cells = []
-        for stage in stages:
-            r = next(x for x in chosen if x["configuration"] == conf and x["stage"] == stage)
-            seeds = " / ".join(f"{100 * p:.0f}" for p in r["per_seed"])
-            cells.append(f"{_pct(r['success_rate'])} % [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({seeds})")
+    by_key = {(r["configuration"], r["stage"]): r for r in chosen}
+    lines = ["| configuration | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
+    for conf in dict.fromkeys(r["configuration"] for r in chosen):
+        cells = [cell(by_key[conf, stage]) if (conf, stage) in by_key else "" for stage in stages]
         lines.append(f"| {conf} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: configurations x stages, pooled success [95 % Wilson] and the per-seed rates."""
+
+    def cell(r: Mapping[str, Any]) -> str:
+        seeds = " / ".join(f"{100 * p:.0f}" for p in r["per_seed"])
+        return f"{_pct(r['success_rate'])} % [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({seeds})"
+
+    return _stage_grid([r for r in rows if r["decoding"] == decoding], cell)
 
 
 def exposure_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
@@ -477,20 +484,11 @@ def exposure_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
     chosen = [r for r in rows if r["decoding"] == decoding and "seen" in r]
     if not chosen:
         return ""
-    stages = list(dict.fromkeys(r["stage"] for r in chosen))
-    lines = ["| configuration | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
 
-    def cell(part: Mapping[str, Any]) -> str:
-        rate = part["success_rate"]
-        return f"{_pct(rate)} % ({part['instances']})" if rate is not None else "– (0)"
+    def part(p: Mapping[str, Any]) -> str:
+        return f"{_pct(p['success_rate'])} % ({p['instances']})" if p["success_rate"] is not None else "– (0)"
 
-    for conf in dict.fromkeys(r["configuration"] for r in chosen):
-        cells = []
-        for stage in stages:
-            r = next((x for x in chosen if x["configuration"] == conf and x["stage"] == stage), None)
-            cells.append(f"{cell(r['seen'])} / {cell(r['unseen'])}" if r else "")
-        lines.append(f"| {conf} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return _stage_grid(chosen, lambda r: f"{part(r['seen'])} / {part(r['unseen'])}")
 
 
 def comparisons_table(comparisons: Sequence[Mapping[str, Any]], decoding: str) -> str:

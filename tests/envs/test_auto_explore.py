@@ -298,6 +298,20 @@ def test_observation_layout(env):
     assert prompt.count("# Options:") == 1
 
 
+def wander_to_horizon(env: AutoExploreEnv, task: Task) -> tuple[float, bool, bool, dict]:
+    """Play ``task`` without ever answering (``cd coffee`` when offered, else the first option) until the episode
+    ends; returns (total reward, terminated, truncated, last info)."""
+    obs, total = env.reset(task=task), 0.0
+    terminated = truncated = False
+    info: dict = {}
+    while not (terminated or truncated):
+        obs, reward, terminated, truncated, info = env.step(
+            obs.actions.index("cd coffee") if "cd coffee" in obs.actions else 0
+        )
+        total += reward
+    return total, terminated, truncated, info
+
+
 def test_rewards_success_failure_and_horizon(env):
     task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/payments/card.py"])
     success, steps, total = run_oracle(env, task)
@@ -310,15 +324,7 @@ def test_rewards_success_failure_and_horizon(env):
     assert reward == pytest.approx(-(1 + env.horizon) / env.horizon)
 
     short = AutoExploreEnv(roots=env.roots, horizon=4)
-    obs = short.reset(task=task)
-    total, info = 0.0, {}
-    for _ in range(4):
-        obs, reward, terminated, truncated, info = short.step(
-            obs.actions.index("cd coffee") if "cd coffee" in obs.actions else 0
-        )
-        total += reward
-        if terminated or truncated:
-            break
+    total, terminated, truncated, info = wander_to_horizon(short, task)
     assert truncated and not terminated and info["success"] is False and short.t == 4
     assert total == pytest.approx(-4 / 4 - 1)
     with pytest.raises(RuntimeError):
@@ -326,7 +332,7 @@ def test_rewards_success_failure_and_horizon(env):
 
 
 def test_step_cost_zero_makes_a_quick_wrong_answer_as_bad_as_a_long_one(env):
-    """step_cost=0 (the demo's RL): success +1, any failure -1 whatever its length; with the default cost a quick
+    """step_cost=0 (an RL option): success +1, any failure -1 whatever its length; with the default cost a quick
     wrong `id` (-1 - 1/H) beats a search that fails (-2), which teaches a weak policy to answer at once."""
     task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/payments/card.py"])
     free = AutoExploreEnv(roots=env.roots, step_cost=0.0)
@@ -335,15 +341,9 @@ def test_step_cost_zero_makes_a_quick_wrong_answer_as_bad_as_a_long_one(env):
     obs = free.reset(task=task)
     _, reward, terminated, *_ = free.step(obs.actions.index("id README.md"))
     assert terminated and reward == pytest.approx(-1.0)
-    short = AutoExploreEnv(roots=env.roots, horizon=4, step_cost=0.0)
-    obs, total = short.reset(task=task), 0.0
-    for _ in range(4):
-        obs, reward, terminated, truncated, _ = short.step(
-            obs.actions.index("cd coffee") if "cd coffee" in obs.actions else 0
-        )
-        total += reward
-        if terminated or truncated:
-            break
+    total, _, truncated, _ = wander_to_horizon(
+        AutoExploreEnv(roots=env.roots, horizon=4, step_cost=0.0), task
+    )
     assert truncated and total == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="step_cost must be >= 0, got -1"):
         AutoExploreEnv(roots=env.roots, step_cost=-1)

@@ -1,0 +1,21 @@
+# Sourced by policy_sft_probes.sh and policy_state_probes.sh: the demo's policy SFT settings and the probes' greedy
+# `validation` evaluation (300 episodes per stage, seed 777). Each step is skipped when its output exists.
+
+policy_sft() {  # OUT NAME BASE DATA [more `reflect-trl sft` flags, e.g. --max_steps 2000 --warmup_steps 60]
+  local out=$1 name=$2 base=$3 dataset=$4; shift 4
+  [ -f $out/$name/model.safetensors ] && return 0
+  .venv/bin/reflect-trl --no-progress sft --model_name_or_path $base --dataset_path $dataset --env_name taxi \
+    --role policy --max_steps 400 --per_device_train_batch_size 16 --learning_rate 3e-3 --lr_scheduler_type cosine \
+    --warmup_steps 20 --logging_steps 40 --eval_strategy no --max_length 1024 --max_eval_samples 96 \
+    --eval_num_policy_samples 96 --eval_num_reflection_samples 24 --reflection_max_new_tokens 48 \
+    --output_dir $out/$name --use_cpu true --bf16 false --seed 0 --report_to none --save_strategy no \
+    --disable_tqdm true "$@"
+}
+
+policy_eval() {  # OUT NAME [REFLECTION] (none: the policy plays without a reflection)
+  local out=$1 name=$2 reflection=${3:-}
+  [ -f $out/$name/eval/results.md ] && return 0
+  .venv/bin/reflect-trl --no-progress eval --policy $out/$name ${reflection:+--reflection $reflection} --name $name \
+    --split validation --seed 777 --episodes_per_stage 300 --decodings greedy --reflection_temperature 0 \
+    --reflection_max_new_tokens 48 --output_dir $out/$name/eval
+}
