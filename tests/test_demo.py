@@ -177,3 +177,27 @@ def test_an_unknown_reflection_backend_is_refused_before_anything_runs(tmp_path)
     with pytest.raises(ValueError, match="reflection_backend 'vllm'"):
         demo_config_from_cli(["--output_dir", str(tmp_path / "out"), "--reflection_backend", "vllm"])
     assert not (tmp_path / "out").exists()
+
+
+def test_rl_jobs_anchor_on_the_data_their_policy_was_sfted_on(tmp_path):
+    """--rl_sft_anchor_coef: every RL run gets its own policy's SFT data (the relabelled copy for the Reflect runs)."""
+    from reflect_trl.demo import DemoConfig, demo_jobs
+
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    jobs = {j.name: j for j in demo_jobs(DemoConfig(rl_sft_anchor_coef=0.5), tmp_path / "base", data, runs)}
+
+    def flag(job, name):
+        return job.argv[job.argv.index(f"--{name}") + 1]
+
+    assert flag(jobs["rl_reflect"], "sft_anchor_data") == str(data / "policy_reflect_model")
+    assert flag(jobs["rl_reflect_no_curriculum"], "sft_anchor_data") == str(data / "policy_reflect_model")
+    assert flag(jobs["rl_reflect_no_negatives"], "sft_anchor_data") == str(
+        data / "policy_reflect_positive_model"
+    )
+    assert flag(jobs["rl_plain"], "sft_anchor_data") == str(data / "policy_plain")
+    assert all(flag(jobs[n], "sft_anchor_coef") == "0.5" for n in jobs if n.startswith("rl_"))
+    # the anchor data is what the policy SFT job trained on, and the relabel job wrote it
+    assert flag(jobs["sft_policy"], "dataset_path") == flag(jobs["rl_reflect"], "sft_anchor_data")
+    assert flag(jobs["relabel_sft_policy"], "output") == flag(jobs["rl_reflect"], "sft_anchor_data")
+    off = demo_jobs(DemoConfig(), tmp_path / "base", data, runs)
+    assert not any("--sft_anchor_data" in j.argv for j in off)

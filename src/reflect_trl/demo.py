@@ -64,6 +64,9 @@ class DemoConfig:
     rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
+    # SFT anchor (PPO-ptx): > 0 adds this weight x the cross-entropy of rows of each RL run's own policy SFT data to
+    # its RL loss (ReflectPPOConfig.sft_anchor_coef); off by default -- no greedy gain measured (docs/experiments.md §5)
+    rl_sft_anchor_coef: float = 0.0
     # "hf": RL and evaluation play the reflection models in their own processes; "openai": the demo starts a local
     # `transformers serve` (pip install -e '.[serve]') and RL / evaluation request the SFT'd reflection models from
     # it by path, as they would from vLLM / SGLang / TGI (docs/serving.md). Same prompts and stop marker.
@@ -215,7 +218,7 @@ def demo_jobs(
         dataset, role, reflector = SFT_RUNS[name]
         steps = cfg.sft_reflection_steps if role == "reflection" else cfg.sft_policy_steps
         needs: tuple[str, ...] = ()
-        if role == "policy" and reflector and cfg.policy_reflections == "model":
+        if relabelled(cfg, name):
             # the policy learns on the reflections it will read: the SFT'd reflection model's (reflect-trl relabel)
             relabel = f"relabel_{name}"
             add(
@@ -224,17 +227,17 @@ def demo_jobs(
                 _flags(
                     dataset=data / f"{dataset}.jsonl",
                     reflection_model=runs / reflector,
-                    output=data / f"{dataset}_model",
+                    output=sft_dataset(cfg, name, data),
                     max_new_tokens=cfg.rl_reflection_max_new_tokens,
                     seed=cfg.seed,
                 )
                 + ["--replace"],
                 (reflector,),
             )
-            dataset, needs = f"{dataset}_model", (relabel,)
+            needs = (relabel,)
         argv = _flags(
             model_name_or_path=base,
-            dataset_path=data / dataset,
+            dataset_path=sft_dataset(cfg, name, data),
             env_name=cfg.env_name,
             role=role,
             max_steps=steps,
@@ -280,6 +283,10 @@ def demo_jobs(
             logging_steps=1,
             log_episodes_every=max(1, cfg.rl_steps // 3),
         )
+        if cfg.rl_sft_anchor_coef > 0:  # the anchor rows are the ones this run's policy was SFT'd on
+            argv += _flags(
+                sft_anchor_data=sft_dataset(cfg, policy, data), sft_anchor_coef=cfg.rl_sft_anchor_coef
+            )
         if reflection and reflection_base_url:  # the served model is named by its path
             argv += _flags(reflection_backend="openai", reflection_base_url=reflection_base_url)
         if not curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
@@ -294,6 +301,18 @@ def demo_jobs(
     sft("sft_plain")
     rl("rl_plain")
     return list(jobs.values())
+
+
+def relabelled(cfg: DemoConfig, sft_run: str) -> bool:
+    """Whether the policy SFT run ``sft_run`` learns on its reflection model's own reflections (reflect-trl relabel)."""
+    _, role, reflector = SFT_RUNS[sft_run]
+    return role == "policy" and reflector is not None and cfg.policy_reflections == "model"
+
+
+def sft_dataset(cfg: DemoConfig, sft_run: str, data: Path) -> Path:
+    """The data set the SFT run ``sft_run`` trains on (the relabelled copy where :func:`relabelled`)."""
+    dataset = SFT_RUNS[sft_run][0]
+    return data / (f"{dataset}_model" if relabelled(cfg, sft_run) else dataset)
 
 
 def rl_train_tasks(cfg: DemoConfig) -> int:
@@ -554,6 +573,8 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(f"policy_reflections {cfg.policy_reflections!r}: choose 'model' or 'oracle'")
     if not 0.0 <= cfg.rl_gamma <= 1.0:
         raise UsageError(f"rl_gamma must be in [0, 1], got {cfg.rl_gamma}")
+    if cfg.rl_sft_anchor_coef < 0:
+        raise UsageError(f"rl_sft_anchor_coef must be >= 0, got {cfg.rl_sft_anchor_coef}")
     for name in positive:
         if getattr(cfg, name) < 1:
             raise UsageError(f"{name} must be >= 1, got {getattr(cfg, name)}")

@@ -37,9 +37,11 @@ The loss (:func:`turn_losses`, summed by the trainer over the real turns of an a
 * KL to the reference      KL_t  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1       (k3 estimator, >= 0)
 * entropy over the options H_t   = -sum_o pi_theta(o|s_t) log pi_theta(o|s_t)       (offered options only)
 * clipped value loss       L^V_t = 1/2 max((V_t - R_t)^2, (V_old,t + clip(V_t - V_old,t, -eps_v, eps_v) - R_t)^2)
+* SFT anchor (PPO-ptx)     L^SFT_j = -log pi_theta(y_j|x_j)     over rows (x_j, y_j) of the policy's SFT data
 * total                    L = 1/N sum_t [L^CLIP_t + beta KL_t - c_H H_t] + c_V / N_V sum_{t in V} L^V_t
-  where N (N_V) is the number of real (value-carrying) turns in the optimizer step's accumulation window over all
-  processes, so the gradient is the same on 1 or k processes and for any gradient accumulation.
+                               + lambda_SFT / N_A sum_j L^SFT_j
+  where N (N_V, N_A) is the number of real (value-carrying, anchor) turns in the optimizer step's accumulation
+  window over all processes, so the gradient is the same on 1 or k processes and for any gradient accumulation.
 
 Diagnostics: approx KL(old || new) = mean((r_t - 1) - log r_t); clip fraction = share of turns whose ratio left
 [1 - eps_low, 1 + eps_high]; explained variance = 1 - Var(R - V) / Var(R).
@@ -258,6 +260,12 @@ def turn_losses(
         value_clipped = (clipped > unclipped).float()
     out_of_range = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
     return TurnLosses(policy, kl, entropy, value, ratio.detach(), out_of_range.float(), value_clipped)
+
+
+def anchor_nll(logp: torch.Tensor) -> torch.Tensor:
+    """Per-row SFT anchor term L^SFT_j = -log pi_theta(y_j|x_j) (InstructGPT's pretraining-mix term, on the policy's
+    SFT rows): a plain cross-entropy, no ratio, no clipping, no advantage."""
+    return -logp
 
 
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from _policy_data import write_policy_rows
 from reflect_trl.envs import make_env
 from reflect_trl.models import load_causal_lm, load_tokenizer
 from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_to_dataset
@@ -141,6 +142,26 @@ def test_replay_buffer_fills_only_with_successes(tiny_model_dir, tmp_path):
     assert torch.allclose(replayed, torch.full_like(replayed, trainer.args.replay_weight))
 
 
+def test_sft_anchor_rows_join_every_rollout_batch(tiny_model_dir, tmp_path):
+    rows = write_policy_rows(tmp_path / "policy.jsonl", n=6)
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, reflection=False, sft_anchor_data=str(tmp_path / "policy.jsonl"),
+        sft_anchor_coef=1.0, sft_anchor_samples=5,
+    )  # fmt: skip
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([{}] * 8)
+    anchor = batch["anchor_mask"] == 1
+    assert anchor.sum().item() == 5
+    assert (batch["turn_mask"][anchor] == 1).all() and (batch["value_mask"][anchor] == 0).all()
+    assert (batch["advantages"][anchor] == 0).all()
+    targets = {r["completion"].strip() for r in rows}
+    assert {trainer.option_head.labels[o] for o in batch["option"][anchor].tolist()} <= targets
+    history = trainer.train().metrics  # the whole loop runs with the anchor and logs its cross-entropy
+    assert history["train_loss"] == history["train_loss"]  # finite
+    logged = [h["sft_anchor/nll"] for h in trainer.state.log_history if "sft_anchor/nll" in h]
+    assert len(logged) == trainer.args.max_steps and all(v > 0 for v in logged)
+
+
 def test_nan_loss_stops_with_step_in_message(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, max_steps=3)
     trainer._turn_advantages = lambda episodes: ([[float("nan")] * ep.length for ep in episodes], None)
@@ -150,9 +171,10 @@ def test_nan_loss_stops_with_step_in_message(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("estimator", "task_sampling"), [("rloo", "uniform"), ("gae", "uniform"), ("gigpo", "failures")]
+    ("estimator", "task_sampling", "anchor"),
+    [("rloo", "uniform", False), ("gae", "uniform", False), ("gigpo", "failures", True)],
 )
-def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator, task_sampling):
+def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator, task_sampling, anchor):
     common = dict(
         max_steps=4,
         advantage_estimator=estimator,
@@ -160,6 +182,11 @@ def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator
         replay_samples=2,
         task_sampling=task_sampling,
     )
+    if anchor:  # the SFT anchor's draws continue where the checkpoint left them
+        write_policy_rows(tmp_path / "policy.jsonl", n=12)
+        common.update(
+            sft_anchor_data=str(tmp_path / "policy.jsonl"), sft_anchor_coef=0.5, sft_anchor_samples=3
+        )
     full = _trainer(tiny_model_dir, tmp_path / "full", **common)
     full.train()
     expected = [h for h in full.state.log_history if "loss" in h]
@@ -184,7 +211,9 @@ def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator
     want = [h for h in expected if h["step"] > 2]
     assert len(got) == len(want) == 2
     for g, w in zip(got, want, strict=True):
-        for key in ("loss", "env/success_rate", "env/return", "entropy", "approx_kl", "curriculum/stage"):
+        for key in (
+            "loss", "env/success_rate", "env/return", "entropy", "approx_kl", "curriculum/stage", "sft_anchor/nll"
+        ):  # fmt: skip
             if key in w:
                 assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6), (key, g, w)
 

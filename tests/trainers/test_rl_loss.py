@@ -86,6 +86,7 @@ def hand_batch(tokenizer, n_rows: int, n_real: int, seed: int) -> dict[str, torc
         "old_values": torch.randn(n_rows, generator=g) * 0.1,
         "turn_mask": torch.tensor([1.0] * n_real + [0.0] * (n_rows - n_real)),
         "value_mask": torch.ones(n_rows),
+        "anchor_mask": torch.zeros(n_rows),
         "stage_index": torch.tensor(0.0),
     }
 
@@ -182,6 +183,35 @@ def test_value_loss_is_the_clipped_one_over_value_turns(tiny_model_dir, tmp_path
     expected = hand_objective(logp, entropy, batch) + 0.5 * per_turn_v[[0, 1, 3]].mean()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
     assert "explained_variance" in trainer._metrics["train"]
+
+
+def test_sft_anchor_rows_add_their_cross_entropy_and_leave_the_rl_mean_alone(tiny_model_dir, tmp_path):
+    """Rows flagged by ``anchor_mask`` (SFT anchor) contribute lambda * mean(-log pi(target)) and nothing else: the
+    RL terms are the mean over the other real turns, and the metrics exclude the anchor rows."""
+    data = tmp_path / "policy.jsonl"
+    data.write_text(json.dumps({"prompt": "x", "completion": " A", "num_options": 6}) + "\n")
+    trainer = make_trainer(tiny_model_dir, tmp_path, sft_anchor_data=str(data), sft_anchor_coef=0.7, beta=0.2)
+    trainer.model.train()
+    batch = hand_batch(trainer._tokenizer, n_rows=7, n_real=6, seed=6)
+    batch["anchor_mask"] = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0])  # row 6 is padding
+    batch["ref_logps"] = batch["old_logps"] - 0.2
+    trainer._set_window_counts([[batch]])
+    assert batch["window_turns"].item() == 4 and batch["window_anchor_turns"].item() == 2
+    loss = trainer.compute_loss(trainer.model, batch)
+    logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
+    rl_rows = dict(batch, turn_mask=torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0]))
+    expected = hand_objective(logp, entropy, rl_rows, beta=0.2, ref_logp=batch["ref_logps"])
+    expected = expected + 0.7 * (-logp[[2, 5]]).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    got = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+    want = torch.autograd.grad(expected, params, allow_unused=True)
+    for g, w in zip(got, want, strict=True):
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+    logged = trainer._metrics["train"]
+    assert logged["sft_anchor/nll"][-1] == pytest.approx((-logp[[2, 5]]).mean().item(), rel=1e-4)
+    assert logged["entropy"][-1] == pytest.approx(entropy[[0, 1, 3, 4]].mean().item(), rel=1e-4)
 
 
 def test_accumulation_window_sums_to_the_mean_over_all_real_turns(tiny_model_dir, tmp_path, monkeypatch):

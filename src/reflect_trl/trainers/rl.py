@@ -11,11 +11,12 @@ epochs over one rollout batch, checkpointing and logging -- and brings its own s
 * ``_prepare_inputs`` lets GRPO shuffle, split and buffer that batch as usual, then records in each micro-batch the
   number of real turns of its accumulation window over all processes (the loss's normaliser);
 * ``compute_loss`` is the turn-level PPO loss of ``reflect_trl.rl_math.turn_losses`` -- clipped surrogate on the
-  option log-probs, optional KL to the reference, entropy bonus, clipped value loss for ``gae`` -- summed over the
-  real turns and divided by that count, so the gradient is the same on one process or many and for any gradient
+  option log-probs, optional KL to the reference, entropy bonus, clipped value loss for ``gae``, optional SFT anchor
+  (``sft_anchor_coef``: the cross-entropy of rows of the policy's SFT data) -- summed over the real turns and
+  divided by their count, so the gradient is the same on one process or many and for any gradient
   accumulation;
 * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler`` / ``save_model`` add the curriculum, replay buffer, task
-  RNG, failure scores of ``task_sampling="failures"``, value head and option labels.
+  RNG, failure scores of ``task_sampling="failures"``, the SFT anchor's RNG, value head and option labels.
 
 ``tests/trainers/test_rl_loss.py`` drives hand-built batches through these hooks (1 process and 2 gloo processes)
 and compares with hand-computed objectives, so a change of GRPOTrainer's private behaviour fails a test.
@@ -50,6 +51,7 @@ from reflect_trl.reflection.remote import ReflectionServerError
 from reflect_trl.replay import ReplayBuffer, ReplayTurn
 from reflect_trl.rollout import Episode, PolicyActor, RolloutEngine, episode_metrics
 from reflect_trl.seeding import derive_seed
+from reflect_trl.sft_anchor import AnchorSampler, load_anchor_rows
 from reflect_trl.trainers.paper import REFLECT_RL_PAPER
 from reflect_trl.trainers.rl_config import ReflectPPOConfig
 
@@ -179,6 +181,15 @@ class ReflectPPOTrainer(GRPOTrainer):
             args.replay_buffer_size or 1,
             seed=derive_seed(args.seed, "replay", self.accelerator.process_index),
         )
+        # SFT anchor (PPO-ptx): rows of the policy's SFT data trained with their cross-entropy next to the RL loss.
+        self.sft_anchor: AnchorSampler | None = None
+        if args.sft_anchor_coef > 0:
+            self.sft_anchor = AnchorSampler(
+                load_anchor_rows(
+                    args.sft_anchor_data, self._tokenizer, self.option_head.labels, args.max_prompt_length
+                ),
+                seed=derive_seed(args.seed, "sft_anchor", self.accelerator.process_index),
+            )
         self._task_rng = random.Random(derive_seed(args.seed, "tasks", self.accelerator.process_index))
         # Failure-prioritised task draws (task_sampling="failures"): scores per problem instance, updated from the
         # outcomes of every process, so all processes hold the same scores.
@@ -283,7 +294,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         Keys of the returned batch (one row per turn, padded rows have ``turn_mask`` 0): ``prompt_ids``,
         ``prompt_mask`` (left padded), ``option`` (index of the chosen option), ``num_options``, ``advantages``,
         ``old_logps`` (and ``ref_logps`` with ``beta`` > 0), ``returns``, ``old_values``, ``value_mask`` (real
-        on-policy turns, for the value loss), ``turn_mask`` and the 0-d ``stage_index``."""
+        on-policy turns, for the value loss), ``anchor_mask`` (SFT anchor rows), ``turn_mask`` and the 0-d
+        ``stage_index``."""
         device = self.accelerator.device
         mode = "train" if self.model.training else "eval"
         k = self.num_generations if mode == "train" else self.num_generations_eval
@@ -327,6 +339,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                         "old_value": turn.value or 0.0,
                         "sampling_logp": turn.logprob,
                         "replay": False,
+                        "anchor": False,
                     }
                 )
         if self.args.whiten_advantages and rows:
@@ -348,6 +361,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                         "old_value": 0.0,
                         "sampling_logp": float("nan"),
                         "replay": True,
+                        "anchor": False,
                     }
                 )
             for ep in episodes:
@@ -360,6 +374,23 @@ class ReflectPPOTrainer(GRPOTrainer):
                         ]
                     )
 
+        # SFT anchor rows: no advantage, no value; the loss gives them the cross-entropy of their target option.
+        if self.sft_anchor is not None:
+            for row in self.sft_anchor.sample(self.args.sft_anchor_samples):
+                rows.append(
+                    {
+                        "prompt_ids": list(row.prompt_ids),
+                        "option": row.option,
+                        "num_options": row.num_options,
+                        "advantage": 0.0,
+                        "return": 0.0,
+                        "old_value": 0.0,
+                        "sampling_logp": float("nan"),
+                        "replay": True,
+                        "anchor": True,
+                    }
+                )
+
         # Episodes have different lengths, so processes hold different numbers of turns, but GRPO's split into
         # `steps_per_generation` chunks and collective calls need equal sizes: pad every process to the same multiple
         # of `steps_per_generation` with masked rows (turn_mask 0: no loss, no metrics).
@@ -367,7 +398,9 @@ class ReflectPPOTrainer(GRPOTrainer):
         target = int(self.accelerator.gather(torch.tensor([n_real], device=device)).max().item())
         chunks = self.args.steps_per_generation
         target = -(-target // chunks) * chunks
-        rows = rows + [dict(rows[0], advantage=0.0, replay=True, pad=True) for _ in range(target - n_real)]
+        rows = rows + [
+            dict(rows[0], advantage=0.0, replay=True, anchor=False, pad=True) for _ in range(target - n_real)
+        ]
 
         prompt_ids, prompt_mask = left_pad([r["prompt_ids"] for r in rows], self._tokenizer.pad_token_id)
 
@@ -384,6 +417,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             "old_values": column("old_value"),
             "turn_mask": torch.tensor([0.0 if r.get("pad") else 1.0 for r in rows], device=device),
             "value_mask": torch.tensor([0.0 if r["replay"] else 1.0 for r in rows], device=device),
+            "anchor_mask": column("anchor"),
             "stage_index": torch.tensor(float(stage_index), device=device),
         }
         with torch.no_grad():
@@ -443,23 +477,26 @@ class ReflectPPOTrainer(GRPOTrainer):
         return inputs
 
     def _set_window_counts(self, windows: list[list[dict[str, Any]]]) -> None:
-        """Write ``window_turns`` / ``window_value_turns`` (0-d tensors, equal on all ranks) into every micro-batch."""
+        """Write ``window_turns`` / ``window_value_turns`` / ``window_anchor_turns`` (0-d tensors, equal on all
+        ranks) into every micro-batch; ``window_turns`` counts the RL turns (not the SFT anchor rows)."""
         local = torch.stack(
             [
                 torch.stack(
                     [
-                        sum(c["turn_mask"].sum() for c in window),
+                        sum((c["turn_mask"] * (1.0 - c["anchor_mask"])).sum() for c in window),
                         sum((c["value_mask"] * c["turn_mask"]).sum() for c in window),
+                        sum((c["anchor_mask"] * c["turn_mask"]).sum() for c in window),
                     ]
                 )
                 for window in windows
             ]
         )
         totals = self.accelerator.reduce(local, reduction="sum")  # one collective for all windows
-        for window, (turns, value_turns) in zip(windows, totals, strict=True):
+        for window, (turns, value_turns, anchor_turns) in zip(windows, totals, strict=True):
             for chunk in window:
                 chunk["window_turns"] = turns
                 chunk["window_value_turns"] = value_turns
+                chunk["window_anchor_turns"] = anchor_turns
 
     def _log_rollout(
         self, mode: str, stage: str, episodes: list[Episode], seconds: float, n_samples: int
@@ -607,11 +644,17 @@ class ReflectPPOTrainer(GRPOTrainer):
             value_clip=args.value_clip,
         )
         world = self.accelerator.num_processes
-        mask = inputs["turn_mask"]
+        anchor = inputs["anchor_mask"] * inputs["turn_mask"]
+        mask = inputs["turn_mask"] - anchor  # the RL turns
         per_turn = terms.policy - args.entropy_coef * terms.entropy
         if terms.kl is not None:
             per_turn = per_turn + self.beta * terms.kl
         loss = (per_turn * mask).sum() * world / inputs["window_turns"].clamp(min=1.0)
+        if self.sft_anchor is not None:
+            nll = rl_math.anchor_nll(scores.logp)
+            loss = loss + args.sft_anchor_coef * (nll * anchor).sum() * world / inputs[
+                "window_anchor_turns"
+            ].clamp(min=1.0)
         value_mask = inputs["value_mask"] * mask
         if terms.value is not None:
             loss = loss + args.vf_coef * (terms.value * value_mask).sum() * world / inputs[
@@ -634,7 +677,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         self, mode: str, inputs: dict[str, Any], scores: OptionScores, terms: rl_math.TurnLosses
     ) -> None:
         """Means over the real turns of the micro-batch on all processes (one collective)."""
-        mask, value_mask = inputs["turn_mask"], inputs["value_mask"] * inputs["turn_mask"]
+        anchor = inputs["anchor_mask"] * inputs["turn_mask"]
+        mask, value_mask = inputs["turn_mask"] - anchor, inputs["value_mask"] * inputs["turn_mask"]
         columns = {
             "policy_loss": (terms.policy, mask),
             "entropy": (terms.entropy, mask),
@@ -644,6 +688,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         }
         if terms.kl is not None:
             columns["kl"] = (terms.kl, mask)
+        if self.sft_anchor is not None:
+            columns["sft_anchor/nll"] = (rl_math.anchor_nll(scores.logp), anchor)
         if terms.value is not None:
             columns["value_loss"] = (terms.value, value_mask)
             columns["value_clipfrac"] = (terms.value_clipped, value_mask)
@@ -676,6 +722,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             "task_priorities": self.task_priorities.state_dict()
             if self.task_priorities is not None
             else None,
+            "sft_anchor": self.sft_anchor.state_dict() if self.sft_anchor is not None else None,
             "rollouts": self._rollouts,
         }
 
@@ -702,6 +749,8 @@ class ReflectPPOTrainer(GRPOTrainer):
             self.replay.load_state_dict(state["replay"])
         if self.task_priorities is not None and state.get("task_priorities") is not None:
             self.task_priorities.load_state_dict(state["task_priorities"])
+        if self.sft_anchor is not None and state.get("sft_anchor") is not None:
+            self.sft_anchor.load_state_dict(state["sft_anchor"])
         rng = state["task_rng"]
         self._task_rng.setstate((rng[0], tuple(rng[1]), rng[2]))
         self._rollouts = int(state["rollouts"])

@@ -176,6 +176,20 @@ class ReflectPPOConfig(GRPOConfig):
     replay_weight: float = field(
         default=0.1, metadata={"help": "Advantage given to replayed successful turns."}
     )
+    sft_anchor_data: str | None = field(
+        default=None,
+        metadata={
+            "help": "Policy SFT data (a path as for `reflect-trl sft`) whose train rows anchor RL: each rollout batch "
+            "adds sft_anchor_samples of them, trained with the cross-entropy of their target option "
+            "(InstructGPT's PPO-ptx term, reflect_trl.sft_anchor)."
+        },
+    )
+    sft_anchor_coef: float = field(
+        default=0.0, metadata={"help": "Weight of the SFT anchor's cross-entropy in the loss (0 = off)."}
+    )
+    sft_anchor_samples: int = field(
+        default=16, metadata={"help": "SFT anchor rows added to each rollout batch per process."}
+    )
     curriculum: bool = field(default=True, metadata={"help": "Train stage by stage (easy first)."})
     curriculum_stages: list[str] | None = field(
         default=None, metadata={"help": "Stages to train on (default: the env's stages)."}
@@ -247,6 +261,14 @@ class ReflectPPOConfig(GRPOConfig):
                     "reflection_backend='openai' needs the served model's name: reflection_server_model "
                     "(or reflection_model_name_or_path)"
                 )
+        if self.sft_anchor_coef < 0:
+            raise ValueError(f"sft_anchor_coef must be >= 0, got {self.sft_anchor_coef}")
+        if self.sft_anchor_coef > 0 and not self.sft_anchor_data:
+            raise ValueError(
+                f"sft_anchor_coef={self.sft_anchor_coef} needs sft_anchor_data (the policy's SFT data set)"
+            )
+        if self.sft_anchor_coef > 0 and self.sft_anchor_samples < 1:
+            raise ValueError(f"sft_anchor_samples must be >= 1 with an anchor, got {self.sft_anchor_samples}")
         if not 0.0 <= self.exploration_epsilon < 1.0:
             raise ValueError(f"exploration_epsilon must be in [0, 1), got {self.exploration_epsilon}")
         if self.task_sampling not in TASK_SAMPLINGS:
