@@ -10,7 +10,8 @@ from _policy_data import write_policy_rows
 from reflect_trl.datasets_io import DatasetFormatError
 from reflect_trl.models import load_tokenizer
 from reflect_trl.prompts import DEFAULT_LABELS, encode_prompts
-from reflect_trl.sft_anchor import AnchorRow, AnchorSampler, load_anchor_rows
+from reflect_trl.replay import ReplayTurn
+from reflect_trl.sft_anchor import AnchorSampler, load_anchor_rows
 from reflect_trl.trainers.rl import ReflectPPOConfig
 
 
@@ -50,7 +51,7 @@ def test_bad_rows_name_file_row_and_field(tiny_model_dir, tmp_path):
 
 
 def test_sampler_is_seeded_and_resumes_from_its_state():
-    rows = [AnchorRow((i,), 0, 2) for i in range(50)]
+    rows = [ReplayTurn((i,), 0, 2, 0.0) for i in range(50)]
     a, b = AnchorSampler(rows, seed=7), AnchorSampler(rows, seed=7)
     assert a.sample(10) == b.sample(10)
     state = a.state_dict()

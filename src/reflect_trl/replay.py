@@ -11,8 +11,23 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def draw_with_replacement(rng: random.Random, items: Sequence[T], k: int) -> list[T]:
+    """``k`` seeded draws from ``items`` with replacement (empty when there is nothing to draw)."""
+    if not items or k <= 0:
+        return []
+    return [items[rng.randrange(len(items))] for _ in range(k)]
+
+
+def restore_rng(rng: random.Random, state: Any) -> None:
+    """``rng.setstate`` from a state that went through JSON/torch serialisation (the inner tuple became a list)."""
+    rng.setstate((state[0], tuple(state[1]), state[2]))
 
 
 @dataclass(frozen=True)
@@ -39,9 +54,7 @@ class ReplayBuffer:
         self.turns.clear()
 
     def sample(self, k: int) -> list[ReplayTurn]:
-        if not self.turns or k <= 0:
-            return []
-        return [self.turns[self.rng.randrange(len(self.turns))] for _ in range(k)]
+        return draw_with_replacement(self.rng, self.turns, k)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -58,5 +71,4 @@ class ReplayBuffer:
             ),
             maxlen=self.capacity,
         )
-        rng_state = state["rng"]
-        self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
+        restore_rng(self.rng, state["rng"])

@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reflect_trl.datasets_io import DatasetFormatError, load_sft_dataset
 from reflect_trl.prompts import encode_prompts
-
-
-@dataclass(frozen=True)
-class AnchorRow:
-    prompt_ids: tuple[int, ...]
-    option: int  # position of the target label among the option labels
-    num_options: int
+from reflect_trl.replay import ReplayTurn, draw_with_replacement, restore_rng
 
 
 def load_anchor_rows(
@@ -30,8 +23,9 @@ def load_anchor_rows(
     tokenizer,
     labels: Sequence[str],
     max_prompt_length: int | None = None,
-) -> list[AnchorRow]:
-    """The ``train`` rows of a policy SFT data set as anchor rows, tokenized as rollouts tokenize prompts.
+) -> list[ReplayTurn]:
+    """The ``train`` rows of a policy SFT data set as turns (``option`` = the target's position, return 0),
+    tokenized as rollouts tokenize prompts.
 
     Every row needs ``prompt``, ``completion`` (one of ``labels``, surrounding spaces ignored) and ``num_options``
     (an int > the target's position); a row that lacks one raises :class:`DatasetFormatError` naming the data set,
@@ -64,20 +58,20 @@ def load_anchor_rows(
     ids = encode_prompts(tokenizer, list(dataset["prompt"]))
     if max_prompt_length:
         ids = [x[-max_prompt_length:] for x in ids]
-    return [AnchorRow(tuple(x), o, n) for x, o, n in zip(ids, options, counts, strict=True)]
+    return [ReplayTurn(tuple(x), o, n, 0.0) for x, o, n in zip(ids, options, counts, strict=True)]
 
 
 class AnchorSampler:
     """Seeded draws (with replacement) of anchor rows; its state is the generator's (rows are reloaded)."""
 
-    def __init__(self, rows: list[AnchorRow], seed: int) -> None:
+    def __init__(self, rows: list[ReplayTurn], seed: int) -> None:
         if not rows:
             raise ValueError("AnchorSampler needs at least one row")
         self.rows = rows
         self.rng = random.Random(seed)
 
-    def sample(self, k: int) -> list[AnchorRow]:
-        return [self.rows[self.rng.randrange(len(self.rows))] for _ in range(k)]
+    def sample(self, k: int) -> list[ReplayTurn]:
+        return draw_with_replacement(self.rng, self.rows, k)
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.getstate(), "num_rows": len(self.rows)}
@@ -87,8 +81,7 @@ class AnchorSampler:
             raise ValueError(
                 f"the checkpoint's SFT anchor had {state['num_rows']} rows, sft_anchor_data now has {len(self.rows)}"
             )
-        rng = state["rng"]
-        self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
+        restore_rng(self.rng, state["rng"])
 
 
-__all__ = ["AnchorRow", "AnchorSampler", "load_anchor_rows"]
+__all__ = ["AnchorSampler", "load_anchor_rows"]

@@ -146,14 +146,23 @@ def test_sft_anchor_rows_join_every_rollout_batch(tiny_model_dir, tmp_path):
     rows = write_policy_rows(tmp_path / "policy.jsonl", n=6)
     trainer = _trainer(
         tiny_model_dir, tmp_path, reflection=False, sft_anchor_data=str(tmp_path / "policy.jsonl"),
-        sft_anchor_coef=1.0, sft_anchor_samples=5,
+        sft_anchor_coef=1.0, sft_anchor_samples=5, beta=0.05,
     )  # fmt: skip
+    with torch.no_grad():  # a reference that differs from the policy, so that scoring an anchor row would show
+        for param in trainer.ref_model.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(0)))
     trainer.model.train()
     batch = trainer._generate_and_score_completions([{}] * 8)
     anchor = batch["anchor_mask"] == 1
     assert anchor.sum().item() == 5
     assert (batch["turn_mask"][anchor] == 1).all() and (batch["value_mask"][anchor] == 0).all()
     assert (batch["advantages"][anchor] == 0).all()
+    # the KL term's reference log-probs: scored for the RL rows only; anchor rows keep their old log-prob (KL 0)
+    with torch.no_grad():
+        full_ref = trainer._score_batched(trainer.ref_model, batch)
+    assert torch.allclose(batch["ref_logps"][~anchor], full_ref[~anchor], atol=1e-6)
+    assert torch.equal(batch["ref_logps"][anchor], batch["old_logps"][anchor])
+    assert not torch.allclose(full_ref[anchor], batch["old_logps"][anchor])  # scoring them would have differed
     targets = {r["completion"].strip() for r in rows}
     assert {trainer.option_head.labels[o] for o in batch["option"][anchor].tolist()} <= targets
     history = trainer.train().metrics  # the whole loop runs with the anchor and logs its cross-entropy

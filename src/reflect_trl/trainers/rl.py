@@ -338,7 +338,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                         "return": ret[t_idx] if ret is not None else 0.0,
                         "old_value": turn.value or 0.0,
                         "sampling_logp": turn.logprob,
-                        "replay": False,
+                        "value_target": True,  # on-policy turns train the value head
                         "anchor": False,
                     }
                 )
@@ -360,7 +360,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                         "return": turn.return_to_go,
                         "old_value": 0.0,
                         "sampling_logp": float("nan"),
-                        "replay": True,
+                        "value_target": False,
                         "anchor": False,
                     }
                 )
@@ -386,7 +386,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                         "return": 0.0,
                         "old_value": 0.0,
                         "sampling_logp": float("nan"),
-                        "replay": True,
+                        "value_target": False,
                         "anchor": True,
                     }
                 )
@@ -399,7 +399,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         chunks = self.args.steps_per_generation
         target = -(-target // chunks) * chunks
         rows = rows + [
-            dict(rows[0], advantage=0.0, replay=True, anchor=False, pad=True) for _ in range(target - n_real)
+            dict(rows[0], advantage=0.0, value_target=False, anchor=False, pad=True)
+            for _ in range(target - n_real)
         ]
 
         prompt_ids, prompt_mask = left_pad([r["prompt_ids"] for r in rows], self._tokenizer.pad_token_id)
@@ -416,22 +417,25 @@ class ReflectPPOTrainer(GRPOTrainer):
             "returns": column("return"),
             "old_values": column("old_value"),
             "turn_mask": torch.tensor([0.0 if r.get("pad") else 1.0 for r in rows], device=device),
-            "value_mask": torch.tensor([0.0 if r["replay"] else 1.0 for r in rows], device=device),
+            "value_mask": column("value_target"),
             "anchor_mask": column("anchor"),
             "stage_index": torch.tensor(float(stage_index), device=device),
         }
         with torch.no_grad():
             # Old log-probs with exactly the computation the loss uses: the PPO ratio is 1 on the first epoch.
             batch["old_logps"] = self._score_batched(self.model, batch)
-            if self.beta != 0.0:
+            if (
+                self.beta != 0.0
+            ):  # the KL term covers the RL turns: anchor rows are not scored (their old log-prob)
+                rl_rows, old = batch["anchor_mask"] == 0, batch["old_logps"]
                 if self.ref_model is not None:
-                    batch["ref_logps"] = self._score_batched(self.ref_model, batch)
+                    batch["ref_logps"] = self._score_batched(self.ref_model, batch, rl_rows, old)
                 else:
                     unwrapped = self.accelerator.unwrap_model(self.model)
                     with use_adapter(
                         unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None
                     ):
-                        batch["ref_logps"] = self._score_batched(self.model, batch)
+                        batch["ref_logps"] = self._score_batched(self.model, batch, rl_rows, old)
         sampling = column("sampling_logp")
         on_policy = ~torch.isnan(sampling) & (batch["turn_mask"] > 0)
         gap = (sampling - batch["old_logps"]).abs().masked_fill(~on_policy, 0.0).max()
@@ -600,16 +604,22 @@ class ReflectPPOTrainer(GRPOTrainer):
         aux = getattr(out, "aux_loss", None) if self.aux_loss_enabled else None
         return OptionScores(logp, entropy_from_log_probs(table), values, aux)
 
-    def _score_batched(self, model, batch: dict[str, Any]) -> torch.Tensor:
-        """Chosen-option log-probs of a whole rollout batch, in micro-batches of ``per_device_train_batch_size``."""
+    def _score_batched(
+        self, model, batch: dict[str, Any], rows: torch.Tensor | None = None, fill: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Chosen-option log-probs of a whole rollout batch, in micro-batches of ``per_device_train_batch_size``;
+        with ``rows`` (a bool mask) and ``fill``, only those rows are scored and the others keep ``fill``'s value."""
         size = self.args.per_device_train_batch_size
         keys = ("prompt_ids", "prompt_mask", "num_options", "option")
-        return torch.cat(
-            [
-                self._score_options(model, *(batch[k][s : s + size] for k in keys)).logp
-                for s in range(0, batch["prompt_ids"].shape[0], size)
-            ]
-        )
+        columns = [batch[k] if rows is None else batch[k][rows] for k in keys]
+        n = columns[0].shape[0]
+        logps = [
+            self._score_options(model, *(c[s : s + size] for c in columns)).logp for s in range(0, n, size)
+        ]
+        scored = torch.cat(logps) if logps else columns[0].new_zeros(0, dtype=torch.float32)
+        if rows is None:
+            return scored
+        return fill.clone().masked_scatter(rows, scored)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The turn-level PPO loss (``rl_math.turn_losses``) of one micro-batch.
