@@ -83,6 +83,12 @@ def test_demo_overrides_are_typed():
         _parse_field("rl_env_kwargs", None, "[1]", parser)
     with pytest.raises(SystemExit):
         _parse_field("rl_steps", 60, "many", parser)
+    # optional fields: typed by their annotation, "none" keeps the default
+    assert _parse_field("policy_preset", None, "small", parser) == "small"
+    assert _parse_field("sft_policy_learning_rate", None, "3e-4", parser) == 3e-4
+    assert _parse_field("sft_policy_learning_rate", None, "none", parser) is None
+    with pytest.raises(SystemExit):
+        _parse_field("sft_policy_learning_rate", None, "fast", parser)
 
 
 def test_smoke_demo_runs_on_auto_explore(tmp_path):
@@ -201,3 +207,41 @@ def test_rl_jobs_anchor_on_the_data_their_policy_was_sfted_on(tmp_path):
     assert flag(jobs["relabel_sft_policy"], "output") == flag(jobs["rl_reflect"], "sft_anchor_data")
     off = demo_jobs(DemoConfig(), tmp_path / "base", data, runs)
     assert not any("--sft_anchor_data" in j.argv for j in off)
+
+
+def test_a_policy_preset_gives_the_policies_their_own_base_model_and_learning_rate(tmp_path):
+    """--policy_preset / --sft_policy_learning_rate: every policy SFT run (Reflect, positive-only, plain) starts from
+    the policy's base model at its own learning rate; the reflection runs keep model_preset and sft_learning_rate."""
+    from reflect_trl.demo import base_models, check_demo_config, demo_jobs
+    from reflect_trl.errors import UsageError
+
+    cfg = DemoConfig(model_preset="nano", policy_preset="tiny", sft_policy_learning_rate=3e-4)
+    check_demo_config(cfg)
+    base, policy_base = base_models(cfg, tmp_path / "models")
+    meta = {p: json.loads((p / "reflect_trl_tiny.json").read_text()) for p in (base, policy_base)}
+    assert meta[base]["preset"] == "nano" and meta[policy_base]["preset"] == "tiny"
+    assert (policy_base / "tokenizer.json").is_file() and policy_base != base
+    jobs = {
+        j.name: j for j in demo_jobs(cfg, base, tmp_path / "data", tmp_path / "runs", policy_base=policy_base)
+    }
+
+    def flag(job, name):
+        return job.argv[job.argv.index(f"--{name}") + 1]
+
+    for name, (_, role, _) in SFT_RUNS.items():
+        expected = (policy_base, "0.0003") if role == "policy" else (base, str(cfg.sft_learning_rate))
+        assert (flag(jobs[name], "model_name_or_path"), flag(jobs[name], "learning_rate")) == tuple(
+            map(str, expected)
+        ), name
+    # one preset for both players: one base model, and the policies' learning rate is sft_learning_rate
+    same = DemoConfig(model_preset="nano", policy_preset="nano")
+    assert base_models(same, tmp_path / "one")[1] is None
+    plain = {j.name: j for j in demo_jobs(DemoConfig(), base, tmp_path / "data", tmp_path / "runs")}
+    assert flag(plain["sft_policy"], "model_name_or_path") == str(base)
+    assert flag(plain["sft_policy"], "learning_rate") == str(DemoConfig().sft_learning_rate)
+    for bad, match in (
+        (DemoConfig(policy_preset="huge"), "policy_preset 'huge'"),
+        (DemoConfig(sft_policy_learning_rate=0.0), "sft_policy_learning_rate must be > 0"),
+    ):
+        with pytest.raises(UsageError, match=match):
+            check_demo_config(bad)

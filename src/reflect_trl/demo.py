@@ -38,6 +38,9 @@ class DemoConfig:
     rl_env_kwargs: dict[str, Any] | None = None
     seed: int = 0
     model_preset: str = "tiny"
+    # The policy's size (SFT only, SFT + RL, every Reflect policy); None = model_preset. The reflection model keeps
+    # model_preset. A larger policy needs its own learning rates (docs/experiments.md §5: `small` at SFT lr 3e-4).
+    policy_preset: str | None = None
     # Llama (rotary positions) learns the option-label task far faster than GPT-2 at this size.
     model_arch: str = "llama"
     # data
@@ -49,6 +52,9 @@ class DemoConfig:
     sft_reflection_steps: int = 1200
     sft_batch_size: int = 16
     sft_learning_rate: float = 3e-3
+    sft_policy_learning_rate: float | None = (
+        None  # the policy SFT runs' learning rate; None = sft_learning_rate
+    )
     sft_eval_samples: int = 96
     # "model": the policies learn on the reflections they will read in the loop -- the oracle's reflections in their
     # SFT data are replaced by the SFT'd reflection model's own (reflect-trl relabel; targets stay the oracle's);
@@ -202,11 +208,20 @@ def _common_train_args(cfg: DemoConfig, run_dir: Path) -> list[str]:
 
 
 def demo_jobs(
-    cfg: DemoConfig, base: Path, data: Path, runs: Path, reflection_base_url: str | None = None
+    cfg: DemoConfig,
+    base: Path,
+    data: Path,
+    runs: Path,
+    reflection_base_url: str | None = None,
+    policy_base: Path | None = None,
 ) -> list[Job]:
-    """The demo's SFT, relabel and RL steps as a job graph (long chains first); with ``reflection_base_url`` the RL
-    steps request their reflections from that server."""
+    """The demo's SFT, relabel and RL steps as a job graph (long chains first); the policy SFT runs start from
+    ``policy_base`` (default: ``base``); with ``reflection_base_url`` the RL steps request their reflections from that
+    server."""
     jobs: dict[str, Job] = {}
+    policy_lr = (
+        cfg.sft_policy_learning_rate if cfg.sft_policy_learning_rate is not None else cfg.sft_learning_rate
+    )
 
     def add(
         name: str, command: str, argv: list[str], needs: tuple[str, ...] = (), run_dir: Path | None = None
@@ -236,13 +251,13 @@ def demo_jobs(
             )
             needs = (relabel,)
         argv = _flags(
-            model_name_or_path=base,
+            model_name_or_path=policy_base or base if role == "policy" else base,
             dataset_path=sft_dataset(cfg, name, data),
             env_name=cfg.env_name,
             role=role,
             max_steps=steps,
             per_device_train_batch_size=cfg.sft_batch_size,
-            learning_rate=cfg.sft_learning_rate,
+            learning_rate=policy_lr if role == "policy" else cfg.sft_learning_rate,
             lr_scheduler_type="cosine",
             warmup_steps=max(1, steps // 20),
             logging_steps=max(1, steps // 10),
@@ -342,7 +357,6 @@ def demo_eval_settings(cfg: DemoConfig, reflection_base_url: str | None = None):
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from reflect_trl.data_builder import DataBuilderConfig, build_datasets
-    from reflect_trl.tiny_models import build_tiny_model
     from reflect_trl.tracking import configure_tracking
 
     if cfg.torch_threads:
@@ -360,13 +374,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     runs = out / "runs"
 
     with progress.step("1/5 tiny model + tokenizer"):
-        base = build_tiny_model(
-            out / "models" / f"tiny-{cfg.model_arch}",
-            arch=cfg.model_arch,
-            preset=cfg.model_preset,
-            seed=cfg.seed,
-            envs=(cfg.env_name,),
-        )
+        base, policy_base = base_models(cfg, out / "models")
 
     with progress.step(f"2/5 {cfg.env_name} data with negative examples"):
         data_config = DataBuilderConfig(
@@ -391,15 +399,43 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                 f"[demo {progress.elapsed()}]     reflection server (transformers serve) at {base_url}",
                 flush=True,
             )
-        report, paths, plots = _train_and_evaluate(cfg, progress, Path(base), data, runs, out, base_url)
+        report, paths, plots = _train_and_evaluate(
+            cfg, progress, base, policy_base, data, runs, out, base_url
+        )
     return _finish(cfg, progress, report, paths, plots, runs, out)
 
 
-def _train_and_evaluate(cfg: DemoConfig, progress, base: Path, data: Path, runs: Path, out: Path, base_url):
+def base_models(cfg: DemoConfig, models: Path) -> tuple[Path, Path | None]:
+    """Build the untrained models: ``tiny-<arch>`` (``model_preset``; the reflection models, and the policies unless
+    ``policy_preset`` differs) and, when it does, ``policy-<preset>-<arch>`` for the policies (returned second, else
+    None). Each has its own tokenizer; the players exchange reflections as text."""
+    from reflect_trl.tiny_models import build_tiny_model
+
+    def build(path: Path, preset: str) -> Path:
+        return Path(
+            build_tiny_model(path, arch=cfg.model_arch, preset=preset, seed=cfg.seed, envs=(cfg.env_name,))
+        )
+
+    base = build(models / f"tiny-{cfg.model_arch}", cfg.model_preset)
+    if cfg.policy_preset is None or cfg.policy_preset == cfg.model_preset:
+        return base, None
+    return base, build(models / f"policy-{cfg.policy_preset}-{cfg.model_arch}", cfg.policy_preset)
+
+
+def _train_and_evaluate(
+    cfg: DemoConfig,
+    progress,
+    base: Path,
+    policy_base: Path | None,
+    data: Path,
+    runs: Path,
+    out: Path,
+    base_url,
+):
     from reflect_trl.evaluation import EvalConfiguration, evaluate
     from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
 
-    jobs = demo_jobs(cfg, base, data, runs, reflection_base_url=base_url)
+    jobs = demo_jobs(cfg, base, data, runs, reflection_base_url=base_url, policy_base=policy_base)
     labels = {"sft": "SFT", "rl": "RL", "relabel": "relabel"}
     with progress.step(f"3-4/5 SFT, relabel and RL: {len(jobs)} jobs, {cfg.jobs} at a time"):
 
@@ -476,10 +512,17 @@ def results_markdown(summary: dict[str, Any], table: str) -> str:
     timings = "\n".join(f"| {k} | {v:.0f} s |" for k, v in summary["timings_seconds"].items())
     return (
         "# reflect-trl demo results\n\n"
-        f"Seed {cfg['seed']}, tiny {cfg['model_arch']} preset `{cfg['model_preset']}` for both players, env `{cfg['env_name']}`, "
+        f"Seed {cfg['seed']}, tiny {cfg['model_arch']} {_players(cfg)}, env `{cfg['env_name']}`, "
         f"total wall time {summary['total_seconds'] / 60:.1f} min.\n\n{table}\n"
         f"| step | wall time |\n|---|---|\n{timings}\n"
     )
+
+
+def _players(cfg: dict[str, Any]) -> str:
+    policy = cfg.get("policy_preset") or cfg["model_preset"]
+    if policy == cfg["model_preset"]:
+        return f"preset `{policy}` for both players"
+    return f"preset `{cfg['model_preset']}` for the reflection model and `{policy}` for the policy"
 
 
 def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentParser) -> Any:
@@ -498,6 +541,11 @@ def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentPa
             from reflect_trl.config_lists import parse_list
 
             return parse_list(value, f"--{key}") or []
+        if current is None:  # an optional field ("float | None", "str | None"): "none" keeps the default
+            if value.lower() == "none":
+                return None
+            annotation = str(DemoConfig.__dataclass_fields__[key].type)
+            return float(value) if annotation.startswith("float") else value
         return type(current)(value)
     except ValueError as err:
         parser.error(f"--{key} {value!r}: {err}")
@@ -542,6 +590,7 @@ def check_demo_config(cfg: DemoConfig) -> None:
     choices = {
         "model_arch": (cfg.model_arch, ARCHITECTURES),
         "model_preset": (cfg.model_preset, tuple(PRESETS)),
+        "policy_preset": (cfg.policy_preset or cfg.model_preset, tuple(PRESETS)),
         "rl_advantage_estimator": (cfg.rl_advantage_estimator, ADVANTAGE_ESTIMATORS),
     }
     for name, (value, allowed) in choices.items():
@@ -573,6 +622,10 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(f"policy_reflections {cfg.policy_reflections!r}: choose 'model' or 'oracle'")
     if not 0.0 <= cfg.rl_gamma <= 1.0:
         raise UsageError(f"rl_gamma must be in [0, 1], got {cfg.rl_gamma}")
+    for name in ("sft_learning_rate", "sft_policy_learning_rate", "rl_learning_rate"):
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            raise UsageError(f"{name} must be > 0, got {value}")
     if cfg.rl_sft_anchor_coef < 0:
         raise UsageError(f"rl_sft_anchor_coef must be >= 0, got {cfg.rl_sft_anchor_coef}")
     for name in positive:
