@@ -280,8 +280,7 @@ def test_checked_is_inert_in_the_alfred_domain():
     """``checked`` is left out of the state key because nothing reads it: guard that for the installed ALFWorld."""
     import re
 
-    import alfworld
-
+    alfworld = pytest.importorskip("alfworld")  # like every test of the [alfworld] extra
     data = Path(alfworld.__file__).parent / "data"
     domain = (data / "alfred.pddl").read_text()
     domain = re.sub(r";[^\n]*", "", domain)  # comments
@@ -351,9 +350,12 @@ def test_game_list_needs_no_data_dir_when_it_covers_every_split(data_dir, tmp_pa
 
 
 def test_engine_versions_are_reported():
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
     versions = ALFWorldEnv.engine_versions()
     assert set(versions) == {"alfworld", "textworld"}
     for name, value in versions.items():
-        assert value == version(name)
+        try:
+            assert value == version(name)
+        except PackageNotFoundError:  # without the [alfworld] extra: recorded as missing
+            assert value is None
