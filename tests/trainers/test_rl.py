@@ -148,7 +148,8 @@ def test_sft_anchor_rows_join_every_rollout_batch(tiny_model_dir, tmp_path):
         tiny_model_dir, tmp_path, reflection=False, sft_anchor_data=str(tmp_path / "policy.jsonl"),
         sft_anchor_coef=1.0, sft_anchor_samples=5, beta=0.05,
     )  # fmt: skip
-    with torch.no_grad():  # a reference that differs from the policy, so that scoring an anchor row would show
+    # a reference that differs from the policy, so that scoring an anchor row would show
+    with torch.no_grad():
         for param in trainer.ref_model.parameters():
             param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(0)))
     trainer.model.train()
@@ -162,7 +163,8 @@ def test_sft_anchor_rows_join_every_rollout_batch(tiny_model_dir, tmp_path):
         full_ref = trainer._score_batched(trainer.ref_model, batch)
     assert torch.allclose(batch["ref_logps"][~anchor], full_ref[~anchor], atol=1e-6)
     assert torch.equal(batch["ref_logps"][anchor], batch["old_logps"][anchor])
-    assert not torch.allclose(full_ref[anchor], batch["old_logps"][anchor])  # scoring them would have differed
+    # scoring them would have differed
+    assert not torch.allclose(full_ref[anchor], batch["old_logps"][anchor])
     targets = {r["completion"].strip() for r in rows}
     assert {trainer.option_head.labels[o] for o in batch["option"][anchor].tolist()} <= targets
     history = trainer.train().metrics  # the whole loop runs with the anchor and logs its cross-entropy
