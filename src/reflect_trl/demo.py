@@ -52,9 +52,8 @@ class DemoConfig:
     sft_reflection_steps: int = 1200
     sft_batch_size: int = 16
     sft_learning_rate: float = 3e-3
-    sft_policy_learning_rate: float | None = (
-        None  # the policy SFT runs' learning rate; None = sft_learning_rate
-    )
+    # the policy SFT runs' learning rate; None = sft_learning_rate
+    sft_policy_learning_rate: float | None = None
     sft_eval_samples: int = 96
     # "model": the policies learn on the reflections they will read in the loop -- the oracle's reflections in their
     # SFT data are replaced by the SFT'd reflection model's own (reflect-trl relabel; targets stay the oracle's);
@@ -251,7 +250,7 @@ def demo_jobs(
             )
             needs = (relabel,)
         argv = _flags(
-            model_name_or_path=policy_base or base if role == "policy" else base,
+            model_name_or_path=(policy_base or base) if role == "policy" else base,
             dataset_path=sft_dataset(cfg, name, data),
             env_name=cfg.env_name,
             role=role,

@@ -424,9 +424,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         with torch.no_grad():
             # Old log-probs with exactly the computation the loss uses: the PPO ratio is 1 on the first epoch.
             batch["old_logps"] = self._score_batched(self.model, batch)
-            if (
-                self.beta != 0.0
-            ):  # the KL term covers the RL turns: anchor rows are not scored (their old log-prob)
+            if self.beta != 0.0:
+                # the KL term covers the RL turns: anchor rows are not scored (they keep their old log-prob)
                 rl_rows, old = batch["anchor_mask"] == 0, batch["old_logps"]
                 if self.ref_model is not None:
                     batch["ref_logps"] = self._score_batched(self.ref_model, batch, rl_rows, old)
@@ -619,7 +618,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         scored = torch.cat(logps) if logps else columns[0].new_zeros(0, dtype=torch.float32)
         if rows is None:
             return scored
-        return fill.clone().masked_scatter(rows, scored)
+        return fill.clone().masked_scatter(rows, scored.to(fill.dtype))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The turn-level PPO loss (``rl_math.turn_losses``) of one micro-batch.
