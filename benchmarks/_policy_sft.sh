@@ -1,7 +1,8 @@
 # Sourced by policy_sft_probes.sh and policy_state_probes.sh: the demo's policy SFT settings and the probes' greedy
 # `validation` evaluation (300 episodes per stage, seed 777). Each step is skipped when its output exists.
 
-policy_sft() {  # OUT NAME BASE DATA [more `reflect-trl sft` flags, e.g. --max_steps 2000 --warmup_steps 60]
+policy_sft() {  # OUT NAME BASE DATA [more `reflect-trl sft` flags, e.g. --max_steps 2000 --warmup_steps 60; a
+  # later flag wins, so `--role reflection` trains a reflection model with the same settings]
   local out=$1 name=$2 base=$3 dataset=$4; shift 4
   [ -f $out/$name/model.safetensors ] && return 0
   .venv/bin/reflect-trl --no-progress sft --model_name_or_path $base --dataset_path $dataset --env_name taxi \
@@ -12,10 +13,10 @@ policy_sft() {  # OUT NAME BASE DATA [more `reflect-trl sft` flags, e.g. --max_s
     --disable_tqdm true "$@"
 }
 
-policy_eval() {  # OUT NAME [REFLECTION] (none: the policy plays without a reflection)
-  local out=$1 name=$2 reflection=${3:-}
+policy_eval() {  # OUT NAME [REFLECTION [POLICY]] (no reflection: the policy plays alone; POLICY: default OUT/NAME)
+  local out=$1 name=$2 reflection=${3:-} policy=${4:-$1/$2}
   [ -f $out/$name/eval/results.md ] && return 0
-  .venv/bin/reflect-trl --no-progress eval --policy $out/$name ${reflection:+--reflection $reflection} --name $name \
+  .venv/bin/reflect-trl --no-progress eval --policy $policy ${reflection:+--reflection $reflection} --name $name \
     --split validation --seed 777 --episodes_per_stage 300 --decodings greedy --reflection_temperature 0 \
     --reflection_max_new_tokens 48 --output_dir $out/$name/eval
 }

@@ -17,21 +17,14 @@ small=outputs/bench/policy_sft/small-llama  # the same base model as benchmarks/
 [ -d $small ] || .venv/bin/reflect-trl build-tiny --output_dir $small --arch llama --preset small --seed 0
 reflection=$out/small_reflection_lr3e-4
 
-[ -f $reflection/model.safetensors ] || .venv/bin/reflect-trl --no-progress sft --model_name_or_path $small \
-  --dataset_path $data/reflection --env_name taxi --role reflection --max_steps 1200 --per_device_train_batch_size 16 \
-  --learning_rate 3e-4 --lr_scheduler_type cosine --warmup_steps 60 --logging_steps 120 --eval_strategy no \
-  --max_length 1024 --max_eval_samples 96 --eval_num_policy_samples 96 --eval_num_reflection_samples 96 \
-  --reflection_max_new_tokens 48 --output_dir $reflection --use_cpu true --bf16 false --seed 0 --report_to none \
-  --save_strategy no --disable_tqdm true ${SFT_ARGS:-}
+source benchmarks/_policy_sft.sh
+policy_sft $out small_reflection_lr3e-4 $small $data/reflection --role reflection --max_steps 1200 \
+  --warmup_steps 60 --logging_steps 120 --learning_rate 3e-4 --eval_num_reflection_samples 96 ${SFT_ARGS:-}
 [ -d $out/data_small_reflection ] || .venv/bin/reflect-trl --no-progress relabel \
   --dataset $data/policy_reflect.jsonl --reflection_model $reflection --output $out/data_small_reflection \
   --max_new_tokens 48 --seed 0 --replace
 
-source benchmarks/_policy_sft.sh
 policy_sft $out tiny_policy $seed_dir/models/tiny-llama $out/data_small_reflection
 policy_eval $out tiny_policy $reflection
-[ -f $out/recipe_pair/eval/results.md ] || .venv/bin/reflect-trl --no-progress eval \
-  --policy $seed_dir/runs/sft_policy --reflection $seed_dir/runs/sft_reflection --name recipe_pair \
-  --split validation --seed 777 --episodes_per_stage 300 --decodings greedy --reflection_temperature 0 \
-  --reflection_max_new_tokens 48 --output_dir $out/recipe_pair/eval
+policy_eval $out recipe_pair $seed_dir/runs/sft_reflection $seed_dir/runs/sft_policy
 for r in $out/*/eval/results.md; do grep greedy "$r"; done
