@@ -207,6 +207,28 @@ def test_rl_jobs_anchor_on_the_data_their_policy_was_sfted_on(tmp_path):
     assert flag(jobs["relabel_sft_policy"], "output") == flag(jobs["rl_reflect"], "sft_anchor_data")
     off = demo_jobs(DemoConfig(), tmp_path / "base", data, runs)
     assert not any("--sft_anchor_data" in j.argv for j in off)
+    assert not any("--exploration_epsilon" in j.argv or "--task_sampling" in j.argv for j in off)
+
+
+def test_rl_exploration_and_failure_draws_reach_every_rl_run(tmp_path):
+    from reflect_trl.demo import check_demo_config, demo_jobs
+    from reflect_trl.errors import UsageError
+
+    cfg = DemoConfig(rl_exploration_epsilon=0.25, rl_task_sampling="failures")
+    check_demo_config(cfg)
+    jobs = demo_jobs(cfg, tmp_path / "base", tmp_path / "data", tmp_path / "runs")
+    rl = [j for j in jobs if j.command == "rl"]
+    assert len(rl) == len(RL_RUNS)
+    for job in rl:
+        assert job.argv[job.argv.index("--exploration_epsilon") + 1] == "0.25"
+        assert job.argv[job.argv.index("--task_sampling") + 1] == "failures"
+    assert not any("--exploration_epsilon" in j.argv for j in jobs if j.command != "rl")
+    for bad, match in (
+        (DemoConfig(rl_exploration_epsilon=1.0), "rl_exploration_epsilon must be in"),
+        (DemoConfig(rl_task_sampling="greedy"), "rl_task_sampling 'greedy'"),
+    ):
+        with pytest.raises(UsageError, match=match):
+            check_demo_config(bad)
 
 
 def test_a_policy_preset_gives_the_policies_their_own_base_model_and_learning_rate(tmp_path):

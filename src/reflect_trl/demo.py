@@ -72,6 +72,10 @@ class DemoConfig:
     # SFT anchor (PPO-ptx): > 0 adds this weight x the cross-entropy of rows of each RL run's own policy SFT data to
     # its RL loss (ReflectPPOConfig.sft_anchor_coef); off by default -- no greedy gain measured (docs/experiments.md §5)
     rl_sft_anchor_coef: float = 0.0
+    # Uniform exploration (ReflectPPOConfig.exploration_epsilon) and failure-prioritised task draws (task_sampling
+    # "failures") for every RL run; off by default -- no greedy gain measured with the tiny policy (§5)
+    rl_exploration_epsilon: float = 0.0
+    rl_task_sampling: str = "uniform"
     # "hf": RL and evaluation play the reflection models in their own processes; "openai": the demo starts a local
     # `transformers serve` (pip install -e '.[serve]') and RL / evaluation request the SFT'd reflection models from
     # it by path, as they would from vLLM / SGLang / TGI (docs/serving.md). Same prompts and stop marker.
@@ -297,6 +301,10 @@ def demo_jobs(
             logging_steps=1,
             log_episodes_every=max(1, cfg.rl_steps // 3),
         )
+        if cfg.rl_exploration_epsilon > 0:
+            argv += _flags(exploration_epsilon=cfg.rl_exploration_epsilon)
+        if cfg.rl_task_sampling != "uniform":
+            argv += _flags(task_sampling=cfg.rl_task_sampling)
         if cfg.rl_sft_anchor_coef > 0:  # the anchor rows are the ones this run's policy was SFT'd on
             argv += _flags(
                 sft_anchor_data=sft_dataset(cfg, policy, data), sft_anchor_coef=cfg.rl_sft_anchor_coef
@@ -572,6 +580,7 @@ def parse_demo_overrides(
 def check_demo_config(cfg: DemoConfig) -> None:
     """Up-front checks of a demo configuration (before anything is written): the environment, its kwargs and oracle
     reflector, the model, the counts and the choices. Raises :class:`~reflect_trl.errors.UsageError`."""
+    from reflect_trl.curriculum import TASK_SAMPLINGS
     from reflect_trl.errors import UsageError, describe
     from reflect_trl.evaluation import DECODINGS
     from reflect_trl.reflection import get_oracle_reflector
@@ -625,6 +634,10 @@ def check_demo_config(cfg: DemoConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and not value > 0:
             raise UsageError(f"{name} must be > 0, got {value}")
+    if not 0.0 <= cfg.rl_exploration_epsilon < 1.0:
+        raise UsageError(f"rl_exploration_epsilon must be in [0, 1), got {cfg.rl_exploration_epsilon}")
+    if cfg.rl_task_sampling not in TASK_SAMPLINGS:
+        raise UsageError(f"rl_task_sampling {cfg.rl_task_sampling!r}: choose one of {list(TASK_SAMPLINGS)}")
     if cfg.rl_sft_anchor_coef < 0:
         raise UsageError(f"rl_sft_anchor_coef must be >= 0, got {cfg.rl_sft_anchor_coef}")
     for name in positive:
