@@ -2,7 +2,7 @@
 # The `small` policy preset at its own learning rates (docs/experiments.md §5): from one `make reproduce` seed's data
 # and reflection model, SFT the `small` policy (128 hidden, 4 layers) with the demo's settings but lr 3e-4 on the
 # plain data (no reflection) and on the relabelled Reflect data, evaluate both greedy on 300 `validation` episodes per
-# stage (seed 777), then the recipe's RL from the Reflect one at RL_LRS (default 1e-4 3e-4), RL seeds 0 and 1, through
+# stage (seed 777), then the recipe's RL from the Reflect one at RL_LRS (default 1e-4 3e-4), RL SEEDS (default 0 1), through
 # benchmarks/advantage_estimators.py (paired differences to the SFT start on its own held-out tasks, seed 4242).
 #   bash benchmarks/small_policy_rl.sh [SEED_DIR] [-- more `reflect-trl rl` flags for every RL run]
 #   -> outputs/bench/small_policy/<variant>/eval/results.md, outputs/bench/small_policy/rl_lr<lr>/results.md
@@ -29,5 +29,5 @@ for r in $out/*/eval/results.md; do grep greedy "$r"; done
 for lr in ${RL_LRS:-1e-4 3e-4}; do
   [ -f $out/rl_lr$lr${RL_TAG:-}/results.md ] && continue
   .venv/bin/python benchmarks/advantage_estimators.py --policy $out/small_reflect_lr3e-4 --reflection $reflection \
-    --estimators gigpo --seeds 0 1 --output_dir $out/rl_lr$lr${RL_TAG:-} -- --learning_rate $lr "$@"
+    --estimators gigpo --seeds ${SEEDS:-0 1} --output_dir $out/rl_lr$lr${RL_TAG:-} -- --learning_rate $lr "$@"
 done
