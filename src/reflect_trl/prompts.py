@@ -190,6 +190,14 @@ def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return tokenizer(list(texts))["input_ids"] if texts else []
 
 
+def encode_truncated_prompts(tokenizer, prompts: Sequence[str], max_length: int | None) -> list[list[int]]:
+    """:func:`encode_prompts`, keeping the last ``max_length`` ids of a longer prompt (``None``/0: no limit)."""
+    ids = encode_prompts(tokenizer, prompts)
+    if max_length:
+        ids = [x[-max_length:] for x in ids]
+    return ids
+
+
 def label_token_ids(tokenizer, labels: Sequence[str] = DEFAULT_LABELS, cue: str = ACTION_CUE) -> list[int]:
     """Token id of each label *as it is used* (right after the action cue).
 

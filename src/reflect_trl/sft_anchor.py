@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_trl.datasets_io import DatasetFormatError, load_sft_dataset
-from reflect_trl.prompts import encode_prompts
+from reflect_trl.prompts import encode_truncated_prompts
 from reflect_trl.replay import ReplayTurn, draw_with_replacement, restore_rng
 
 
@@ -55,9 +55,7 @@ def load_anchor_rows(
             )
         options.append(positions[label])
         counts.append(num_options)
-    ids = encode_prompts(tokenizer, list(dataset["prompt"]))
-    if max_prompt_length:
-        ids = [x[-max_prompt_length:] for x in ids]
+    ids = encode_truncated_prompts(tokenizer, list(dataset["prompt"]), max_prompt_length)
     return [ReplayTurn(tuple(x), o, n, 0.0) for x, o, n in zip(ids, options, counts, strict=True)]
 
 

@@ -18,7 +18,7 @@ import torch
 
 from reflect_trl.action_head import OptionHead, masked_log_probs
 from reflect_trl.batching import left_pad
-from reflect_trl.prompts import DEFAULT_LABELS, clean_reflection, encode_prompts
+from reflect_trl.prompts import DEFAULT_LABELS, clean_reflection, encode_truncated_prompts
 from reflect_trl.reflection.model import ReflectionModel
 
 
@@ -34,14 +34,6 @@ def spread_indices(n: int, k: int) -> list[int]:
 def strip_eos(text: str, eos: str | None) -> str:
     """``text`` without a trailing EOS token string."""
     return text[: -len(eos)] if eos and text.endswith(eos) else text
-
-
-def encode_truncated_prompts(tokenizer, prompts: Sequence[str], max_length: int | None) -> list[list[int]]:
-    """Token ids as TRL's SFT tokenizes a prompt (``tokenizer(text=...)``), keeping the end if too long."""
-    ids = encode_prompts(tokenizer, prompts)
-    if max_length:
-        ids = [x[-max_length:] for x in ids]
-    return ids
 
 
 @torch.no_grad()
