@@ -82,6 +82,28 @@ def local_model_dir(model) -> str | None:
     return str(name) if name and Path(str(name)).is_dir() else None
 
 
+def _stored_turn_row(turn: ReplayTurn, advantage: float, anchor: bool = False) -> dict[str, Any]:
+    """A batch row for a stored turn (a replayed success, or an SFT anchor row with ``anchor``): a constant
+    advantage, no value target, no sampling log-prob (the old log-prob is recomputed)."""
+    return {
+        "prompt_ids": list(turn.prompt_ids),
+        "option": turn.option,
+        "num_options": turn.num_options,
+        "advantage": advantage,
+        "return": turn.return_to_go,
+        "old_value": 0.0,
+        "sampling_logp": float("nan"),
+        "value_target": False,
+        "anchor": anchor,
+    }
+
+
+def _split_turn_masks(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RL turns, SFT anchor rows) of a batch: the real rows (``turn_mask``) split by ``anchor_mask``."""
+    anchor = inputs["anchor_mask"] * inputs["turn_mask"]
+    return inputs["turn_mask"] - anchor, anchor
+
+
 class ReflectPPOTrainer(GRPOTrainer):
     """Online RL of the policy in a text environment, with a frozen reflection model (optional)."""
 
@@ -350,20 +372,10 @@ class ReflectPPOTrainer(GRPOTrainer):
         # Self-imitation replay of successful turns (sampled before this rollout's successes are added). A
         # replayed turn's advantage is the constant replay_weight (after whitening), whatever the estimator.
         if self.args.replay_buffer_size > 0:
-            for turn in self.replay.sample(self.args.replay_samples):
-                rows.append(
-                    {
-                        "prompt_ids": list(turn.prompt_ids),
-                        "option": turn.option,
-                        "num_options": turn.num_options,
-                        "advantage": self.args.replay_weight,
-                        "return": turn.return_to_go,
-                        "old_value": 0.0,
-                        "sampling_logp": float("nan"),
-                        "value_target": False,
-                        "anchor": False,
-                    }
-                )
+            rows += [
+                _stored_turn_row(t, self.args.replay_weight)
+                for t in self.replay.sample(self.args.replay_samples)
+            ]
             for ep in episodes:
                 if ep.success:
                     rtg = rl_math.returns_to_go([t.reward for t in ep.turns], self.args.gamma)
@@ -376,20 +388,10 @@ class ReflectPPOTrainer(GRPOTrainer):
 
         # SFT anchor rows: no advantage, no value; the loss gives them the cross-entropy of their target option.
         if self.sft_anchor is not None:
-            for row in self.sft_anchor.sample(self.args.sft_anchor_samples):
-                rows.append(
-                    {
-                        "prompt_ids": list(row.prompt_ids),
-                        "option": row.option,
-                        "num_options": row.num_options,
-                        "advantage": 0.0,
-                        "return": 0.0,
-                        "old_value": 0.0,
-                        "sampling_logp": float("nan"),
-                        "value_target": False,
-                        "anchor": True,
-                    }
-                )
+            rows += [
+                _stored_turn_row(t, 0.0, anchor=True)
+                for t in self.sft_anchor.sample(self.args.sft_anchor_samples)
+            ]
 
         # Episodes have different lengths, so processes hold different numbers of turns, but GRPO's split into
         # `steps_per_generation` chunks and collective calls need equal sizes: pad every process to the same multiple
@@ -486,9 +488,9 @@ class ReflectPPOTrainer(GRPOTrainer):
             [
                 torch.stack(
                     [
-                        sum((c["turn_mask"] * (1.0 - c["anchor_mask"])).sum() for c in window),
+                        sum(_split_turn_masks(c)[0].sum() for c in window),
                         sum((c["value_mask"] * c["turn_mask"]).sum() for c in window),
-                        sum((c["anchor_mask"] * c["turn_mask"]).sum() for c in window),
+                        sum(_split_turn_masks(c)[1].sum() for c in window),
                     ]
                 )
                 for window in windows
@@ -653,8 +655,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             value_clip=args.value_clip,
         )
         world = self.accelerator.num_processes
-        anchor = inputs["anchor_mask"] * inputs["turn_mask"]
-        mask = inputs["turn_mask"] - anchor  # the RL turns
+        mask, anchor = _split_turn_masks(inputs)
         per_turn = terms.policy - args.entropy_coef * terms.entropy
         if terms.kl is not None:
             per_turn = per_turn + self.beta * terms.kl
@@ -686,8 +687,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         self, mode: str, inputs: dict[str, Any], scores: OptionScores, terms: rl_math.TurnLosses
     ) -> None:
         """Means over the real turns of the micro-batch on all processes (one collective)."""
-        anchor = inputs["anchor_mask"] * inputs["turn_mask"]
-        mask, value_mask = inputs["turn_mask"] - anchor, inputs["value_mask"] * inputs["turn_mask"]
+        (mask, anchor), value_mask = _split_turn_masks(inputs), inputs["value_mask"] * inputs["turn_mask"]
         columns = {
             "policy_loss": (terms.policy, mask),
             "entropy": (terms.entropy, mask),
