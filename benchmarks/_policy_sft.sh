@@ -1,4 +1,4 @@
-# Sourced by policy_sft_probes.sh and policy_state_probes.sh: the demo's policy SFT settings and the probes' greedy
+# Sourced by the policy probe scripts: the demo's policy SFT settings and the probes' greedy
 # `validation` evaluation (300 episodes per stage, seed 777). Each step is skipped when its output exists.
 
 policy_sft() {  # OUT NAME BASE DATA [more `reflect-trl sft` flags, e.g. --max_steps 2000 --warmup_steps 60; a
@@ -19,4 +19,12 @@ policy_eval() {  # OUT NAME [REFLECTION [POLICY]] (no reflection: the policy pla
   .venv/bin/reflect-trl --no-progress eval --policy $policy ${reflection:+--reflection $reflection} --name $name \
     --split validation --seed 777 --episodes_per_stage 300 --decodings greedy --reflection_temperature 0 \
     --reflection_max_new_tokens 48 --output_dir $out/$name/eval
+}
+
+policy_relabel() {  # OUTPUT DATA REFLECTION [more `reflect-trl relabel` flags, e.g. --temperature 0.7]: DATA's
+  # Reflect policy rows with REFLECTION's own reflections (greedy unless told, targets kept), as the demo's relabel step
+  local output=$1 dataset=$2 reflection=$3; shift 3
+  [ -d $output ] && return 0
+  .venv/bin/reflect-trl --no-progress relabel --dataset $dataset/policy_reflect.jsonl --reflection_model $reflection \
+    --output $output --max_new_tokens 48 --seed 0 --replace "$@"
 }

@@ -12,15 +12,14 @@ mkdir -p $out
 data=$seed_dir/data/taxi
 reflection=$seed_dir/runs/sft_reflection
 py=.venv/bin/python
+source benchmarks/_policy_sft.sh
 for t in 0.7 1.0; do
-  [ -d $out/data_T$t ] || .venv/bin/reflect-trl --no-progress relabel --dataset $data/policy_reflect.jsonl \
-    --reflection_model $reflection --output $out/data_T$t --max_new_tokens 48 --seed 0 --temperature $t --replace
+  policy_relabel $out/data_T$t $data $reflection --temperature $t
 done
 [ -d $out/data_crash ] || $py benchmarks/crash_reflection_rows.py --dataset $data/policy_reflect_model \
   --reflection $reflection --output $out/data_crash --samples 4 --temperature 1.0
 [ -d $out/small-llama ] || .venv/bin/reflect-trl build-tiny --output_dir $out/small-llama --arch llama --preset small --seed 0
 
-source benchmarks/_policy_sft.sh
 sft_eval() {  # NAME BASE DATA [more sft flags]: SFT, then the evaluation with the seed's reflection model
   local name=$1; policy_sft $out "$@" && policy_eval $out $name $reflection
 }

@@ -23,9 +23,7 @@ for r in ${REFLECTION_STEPS:-1500}; do
   reflection=$out/reflection_$r
   policy_sft $out reflection_$r $base $data/reflection --role reflection --max_steps $r --warmup_steps $((r / 20)) \
     --logging_steps $((r / 10)) --eval_num_reflection_samples 96
-  [ -d $out/policy_reflect_model_$r ] || .venv/bin/reflect-trl --no-progress relabel \
-    --dataset $data/policy_reflect.jsonl --reflection_model $reflection --output $out/policy_reflect_model_$r \
-    --max_new_tokens 48 --seed 0 --replace
+  policy_relabel $out/policy_reflect_model_$r $data $reflection
   for p in ${POLICY_STEPS:-400 200}; do
     policy_sft $out policy_r${r}_p$p $base $out/policy_reflect_model_$r --max_steps $p
     policy_eval $out policy_r${r}_p$p $reflection

@@ -20,9 +20,7 @@ reflection=$out/small_reflection_lr3e-4
 source benchmarks/_policy_sft.sh
 policy_sft $out small_reflection_lr3e-4 $small $data/reflection --role reflection --max_steps 1200 \
   --warmup_steps 60 --logging_steps 120 --learning_rate 3e-4 --eval_num_reflection_samples 96 ${SFT_ARGS:-}
-[ -d $out/data_small_reflection ] || .venv/bin/reflect-trl --no-progress relabel \
-  --dataset $data/policy_reflect.jsonl --reflection_model $reflection --output $out/data_small_reflection \
-  --max_new_tokens 48 --seed 0 --replace
+policy_relabel $out/data_small_reflection $data $reflection
 
 policy_sft $out tiny_policy $seed_dir/models/tiny-llama $out/data_small_reflection
 policy_eval $out tiny_policy $reflection
