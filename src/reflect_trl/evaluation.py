@@ -37,6 +37,7 @@ from reflect_trl.config_lists import parse_list
 from reflect_trl.envs import Task, make_env
 from reflect_trl.progress import progress_bar
 from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, resolve_option_labels
+from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE, CachedReflectionPlayer
 from reflect_trl.reflection.player import REFLECTION_BACKENDS, make_reflection_player
 from reflect_trl.rollout import Actor, Episode, PolicyActor, RolloutEngine
 from reflect_trl.scripted_actors import SCRIPTED_ACTORS, scripted_actor
@@ -109,6 +110,9 @@ class EvalSettings:
     reflection_concurrency: int = 32
     reflection_timeout: float = 60.0
     reflection_max_retries: int = 3
+    # Greedy decoding: a memo per reflection model, shared by the configurations, stages and batches that use it,
+    # generates each distinct reflection prompt once (reflect_trl.reflection.cache); 0 disables it.
+    reflection_cache_size: int = DEFAULT_REFLECTION_CACHE_SIZE
 
     def __post_init__(self) -> None:
         if isinstance(self.env_kwargs, str):
@@ -132,6 +136,10 @@ class EvalSettings:
         if self.reflection_backend not in REFLECTION_BACKENDS:
             raise ValueError(
                 f"reflection_backend={self.reflection_backend!r}; choose one of {REFLECTION_BACKENDS}"
+            )
+        if self.reflection_cache_size < 0:
+            raise ValueError(
+                f"reflection_cache_size must be >= 0 (0 disables the memo), got {self.reflection_cache_size}"
             )
         if self.reflection_backend == "openai" and not self.reflection_base_url:
             raise ValueError(
@@ -210,6 +218,9 @@ class _ModelCache:
     def __init__(self, device: str | None) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self._models: dict[str, Any] = {}
+        self.reflection_memos: dict[
+            tuple[str, str], CachedReflectionPlayer
+        ] = {}  # (backend, reflection) -> memo
 
     def get(self, path: str):
         if path not in self._models:
@@ -275,6 +286,15 @@ def run_configuration(
                 max_new_tokens=settings.reflection_max_new_tokens,
                 temperature=temperature,
             )
+    if reflection is not None and greedy and settings.reflection_cache_size > 0:
+        # one memo per reflection model: the greedy reflection of a prompt does not depend on the configuration
+        key = (settings.reflection_backend, configuration.reflection)
+        memo = cache.reflection_memos.get(key)
+        if memo is None:
+            memo = cache.reflection_memos[key] = CachedReflectionPlayer(
+                reflection, settings.reflection_cache_size
+            )
+        reflection = memo
     engine = RolloutEngine(
         settings.env_name,
         actor,

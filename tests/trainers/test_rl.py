@@ -182,16 +182,19 @@ def test_nan_loss_stops_with_step_in_message(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("estimator", "task_sampling", "anchor"),
-    [("rloo", "uniform", False), ("gae", "uniform", False), ("gigpo", "failures", True)],
+    ("estimator", "task_sampling", "anchor", "reflection_temperature"),
+    [("rloo", "uniform", False, 1.0), ("gae", "uniform", False, 0.0), ("gigpo", "failures", True, 0.0)],
 )
-def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator, task_sampling, anchor):
+def test_resume_reproduces_uninterrupted_run(
+    tiny_model_dir, tmp_path, estimator, task_sampling, anchor, reflection_temperature
+):
     common = dict(
         max_steps=4,
         advantage_estimator=estimator,
         replay_buffer_size=32,
         replay_samples=2,
         task_sampling=task_sampling,
+        reflection_temperature=reflection_temperature,  # 0: greedy reflections through the memo, saved with the run
     )
     if anchor:  # the SFT anchor's draws continue where the checkpoint left them
         write_policy_rows(tmp_path / "policy.jsonl", n=12)
@@ -218,12 +221,15 @@ def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator
     assert (ckpt / "reflect_state_rank0.pt").is_file()
     resumed = _trainer(tiny_model_dir, tmp_path / "part", save_strategy="steps", save_steps=2, **common)
     resumed.train(resume_from_checkpoint=str(ckpt))
+    if reflection_temperature == 0.0:  # the memo came back with the checkpoint, not empty
+        assert len(resumed.reflection) > 0 and resumed._memo_counts[1] > 0
     got = [h for h in resumed.state.log_history if "loss" in h and h["step"] > 2]
     want = [h for h in expected if h["step"] > 2]
     assert len(got) == len(want) == 2
     for g, w in zip(got, want, strict=True):
         for key in (
-            "loss", "env/success_rate", "env/return", "entropy", "approx_kl", "curriculum/stage", "sft_anchor/nll"
+            "loss", "env/success_rate", "env/return", "entropy", "approx_kl", "curriculum/stage", "sft_anchor/nll",
+            "rollout/reflection_cache_hit_rate",
         ):  # fmt: skip
             if key in w:
                 assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6), (key, g, w)
@@ -368,3 +374,22 @@ def test_labels_recorded_with_the_policy_are_used_and_checked(tiny_model_dir, tm
     assert trainer.option_head.labels == tuple("UVWXYZ")
     with pytest.raises(ValueError, match="differ from the labels"):
         _trainer(str(policy), tmp_path / "b", reflection=False, option_labels="ABCDEF")
+
+
+def test_greedy_reflections_go_through_the_memo(tiny_model_dir, tmp_path):
+    """reflection_temperature 0: the trainer's player is the memo, groups of one task hit it, the rate is logged;
+    reflection_cache_size 0 or a sampling reflection model: the plain player."""
+    from reflect_trl.reflection.cache import CachedReflectionPlayer
+
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection_temperature=0.0, max_steps=3)
+    assert isinstance(trainer.reflection, CachedReflectionPlayer)
+    trainer.train()
+    rates = _metric_series(trainer.state.log_history, "rollout/reflection_cache_hit_rate")
+    assert rates and all(0.0 < r <= 1.0 for r in rates), "4 episodes of one task share their first state"
+    assert trainer.reflection.lookups > trainer.reflection.hits > 0
+    plain = _trainer(tiny_model_dir, tmp_path / "off", reflection_temperature=0.0, reflection_cache_size=0)
+    assert not isinstance(plain.reflection, CachedReflectionPlayer)
+    sampled = _trainer(tiny_model_dir, tmp_path / "sampled", reflection_temperature=1.0)
+    assert not isinstance(sampled.reflection, CachedReflectionPlayer)
+    with pytest.raises(ValueError, match="reflection_cache_size must be >= 0"):
+        ReflectPPOConfig(output_dir=str(tmp_path), reflection_cache_size=-1)

@@ -46,6 +46,7 @@ from reflect_trl.batching import left_pad, position_ids_from_mask
 from reflect_trl.curriculum import Curriculum, FailurePriorities
 from reflect_trl.envs import Task, TextEnv, get_env_class, make_env
 from reflect_trl.prompts import resolve_option_labels, write_option_labels
+from reflect_trl.reflection.cache import CachedReflectionPlayer, with_reflection_cache
 from reflect_trl.reflection.player import ReflectionPlayer, make_reflection_player
 from reflect_trl.reflection.remote import ReflectionServerError
 from reflect_trl.replay import ReplayBuffer, ReplayTurn
@@ -199,6 +200,8 @@ class ReflectPPOTrainer(GRPOTrainer):
                 max_new_tokens=args.reflection_max_new_tokens,
                 temperature=args.reflection_temperature,
             )
+        # A greedy reflection player generates each distinct prompt once (a pass-through when it samples).
+        self.reflection = with_reflection_cache(self.reflection, args.reflection_cache_size)
         self.replay = ReplayBuffer(
             args.replay_buffer_size or 1,
             seed=derive_seed(args.seed, "replay", self.accelerator.process_index),
@@ -228,6 +231,7 @@ class ReflectPPOTrainer(GRPOTrainer):
                 for stage, pool in self._pools.items()
             }
         self._rollouts = 0
+        self._memo_counts = (0, 0)  # reflection memo (hits, lookups) at the last logged rollout
         self._engine: RolloutEngine | None = None
 
     def _check_state_keys(self, task: Task) -> None:
@@ -532,6 +536,14 @@ class ReflectPPOTrainer(GRPOTrainer):
                 metrics[f"rollout/{key}"].append(stats[key])
         if self.args.exploration_epsilon:  # logged for every rollout (0 when none of its turns explored)
             metrics["rollout/explored_turn_share"].append(stats.get("explored_turn_share", 0.0))
+        if isinstance(
+            self.reflection, CachedReflectionPlayer
+        ):  # share of this rollout's reflections from the memo
+            hits, lookups = self.reflection.hits, self.reflection.lookups
+            metrics["rollout/reflection_cache_hit_rate"].append(
+                (hits - self._memo_counts[0]) / max(lookups - self._memo_counts[1], 1)
+            )
+            self._memo_counts = (hits, lookups)
         metrics["rollout/seconds"].append(seconds)
         metrics["rollout/turn_samples"].append(float(n_samples))
         if self.args.replay_buffer_size > 0:
@@ -733,6 +745,11 @@ class ReflectPPOTrainer(GRPOTrainer):
             else None,
             "sft_anchor": self.sft_anchor.state_dict() if self.sft_anchor is not None else None,
             "rollouts": self._rollouts,
+            # the greedy reflection memo: a resumed run generates exactly the reflections the uninterrupted one did
+            "reflection_memo": self.reflection.state_dict()
+            if isinstance(self.reflection, CachedReflectionPlayer)
+            else None,
+            "reflection_memo_counts": self._memo_counts,
         }
 
     def _save_checkpoint(self, model, trial):
@@ -763,6 +780,9 @@ class ReflectPPOTrainer(GRPOTrainer):
         rng = state["task_rng"]
         self._task_rng.setstate((rng[0], tuple(rng[1]), rng[2]))
         self._rollouts = int(state["rollouts"])
+        if isinstance(self.reflection, CachedReflectionPlayer) and state.get("reflection_memo") is not None:
+            self.reflection.load_state_dict(state["reflection_memo"])
+            self._memo_counts = tuple(state["reflection_memo_counts"])
         if self.value_head is not None:
             self.value_head.load_state_dict(torch.load(Path(checkpoint) / VALUE_HEAD_FILE, weights_only=True))
 

@@ -19,6 +19,7 @@ from reflect_trl import rl_math
 from reflect_trl.config_lists import parse_int_list, parse_list
 from reflect_trl.curriculum import TASK_SAMPLINGS, FailurePriorities
 from reflect_trl.prompts import parse_option_labels
+from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE
 
 #: The one loss this trainer implements (``rl_math.turn_losses``): PPO's clipped surrogate per turn, normalised by
 #: the number of real turns in the accumulation window over all processes.
@@ -106,6 +107,13 @@ class ReflectPPOConfig(GRPOConfig):
     reflection_max_new_tokens: int = field(default=64, metadata={"help": "Token budget of one reflection."})
     reflection_temperature: float = field(
         default=1.0, metadata={"help": "Reflection sampling temperature (0 = greedy)."}
+    )
+    reflection_cache_size: int = field(
+        default=DEFAULT_REFLECTION_CACHE_SIZE,
+        metadata={
+            "help": "With reflection_temperature 0: remember up to this many reflections by their prompt, so each "
+            "distinct prompt is generated once (reflect_trl.reflection.cache). 0 disables the memo."
+        },
     )
     reflection_load_in_8bit: bool = field(
         default=False, metadata={"help": "Load the reflection model in 8-bit."}
@@ -261,6 +269,10 @@ class ReflectPPOConfig(GRPOConfig):
                     "reflection_backend='openai' needs the served model's name: reflection_server_model "
                     "(or reflection_model_name_or_path)"
                 )
+        if self.reflection_cache_size < 0:
+            raise ValueError(
+                f"reflection_cache_size must be >= 0 (0 disables the memo), got {self.reflection_cache_size}"
+            )
         if self.sft_anchor_coef < 0:
             raise ValueError(f"sft_anchor_coef must be >= 0, got {self.sft_anchor_coef}")
         if self.sft_anchor_coef > 0 and not self.sft_anchor_data:
