@@ -84,6 +84,28 @@ def test_a_sampling_player_or_size_zero_is_not_memoised():
         CachedReflectionPlayer(greedy, 5).generate(["a"], [[1], [2]])
 
 
+def test_state_dict_round_trip_keeps_entries_order_and_counters():
+    memo = CachedReflectionPlayer(CountingPlayer(), max_entries=3)
+    memo.generate(["a", "bb", "ccc"])
+    memo.generate(["a"])  # recency: bb, ccc, a
+    state = memo.state_dict()
+    assert all(len(entry[0]) == 16 for entry in state["entries"]), (
+        "keys are 128-bit digests, not prompt texts"
+    )
+    inner = CountingPlayer()
+    restored = CachedReflectionPlayer(inner, max_entries=3)
+    restored.load_state_dict(state)
+    assert (restored.hits, restored.lookups, len(restored)) == (1, 4, 3)
+    again = restored.generate(["ccc", "a", "bb"])
+    assert inner.calls == [] and again.prompt_ids == [[3, 2], [1, 0], [2, 1]]
+    restored.generate(["dddd"])  # recency was ccc, a, bb: the oldest, "ccc", is evicted
+    restored.generate(["ccc"])
+    assert inner.calls == [["dddd"], ["ccc"]]
+    smaller = CachedReflectionPlayer(CountingPlayer(), max_entries=1)
+    smaller.load_state_dict(state)
+    assert len(smaller) == 1
+
+
 @pytest.fixture(scope="module")
 def tiny_players(tiny_model_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -7,7 +7,7 @@ reflection model replay many of the same states (DangerousTaxi's ``dropoff`` sta
 measured effect is in ``docs/performance.md``.
 
 :class:`CachedReflectionPlayer` wraps any :class:`~reflect_trl.reflection.player.ReflectionPlayer` (in-process or
-served): it looks every prompt up by its exact text, sends only the distinct misses to the wrapped player (in their
+served): it looks every prompt up by (a digest of) its exact text, sends only the distinct misses to the wrapped player (in their
 first-seen order) and returns the batch in the input order. It caches only a deterministic player
 (``temperature == 0``); a sampling player is passed through untouched, because a memo would replace its draws.
 
@@ -18,13 +18,22 @@ batch would have produced. Results stay deterministic for a given seed.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 from typing import Any
 
 from reflect_trl.reflection.model import ReflectionBatch
 
-#: Entries kept by default (a DangerousTaxi reflection is ~30 tokens: ~100 MB at most, usually far less).
-DEFAULT_REFLECTION_CACHE_SIZE = 100_000
+#: Entries kept by default. An entry is a 16-byte digest of the prompt, the reflection text and the prompt's token ids
+#: (4 bytes each): about 1 kB for a DangerousTaxi prompt, so at most ~50 MB (RL checkpoints carry it); the demo's RL
+#: runs fill a few thousand.
+DEFAULT_REFLECTION_CACHE_SIZE = 50_000
+
+
+def prompt_key(prompt: str) -> bytes:
+    """The memo's key of a prompt: a 128-bit BLAKE2b digest of its exact text."""
+    return hashlib.blake2b(prompt.encode("utf-8"), digest_size=16).digest()
 
 
 class CachedReflectionPlayer:
@@ -38,7 +47,7 @@ class CachedReflectionPlayer:
             raise ValueError(f"reflection cache size must be >= 0, got {max_entries}")
         self.player = player
         self.max_entries = int(max_entries)
-        self._memo: OrderedDict[str, tuple[str, int, bool, list[int]]] = OrderedDict()
+        self._memo: OrderedDict[bytes, tuple[str, int, bool, array]] = OrderedDict()
         self.hits = 0
         self.lookups = 0
 
@@ -68,16 +77,15 @@ class CachedReflectionPlayer:
 
     def state_dict(self) -> dict[str, Any]:
         """The memo's entries in recency order and its counters (a resumed RL run replays exactly the same hits)."""
-        return {
-            "entries": [(k, *v) for k, v in self._memo.items()],
-            "hits": self.hits,
-            "lookups": self.lookups,
-        }
+        entries = [(key, text, n, stop, ids.tobytes()) for key, (text, n, stop, ids) in self._memo.items()]
+        return {"entries": entries, "hits": self.hits, "lookups": self.lookups}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._memo = OrderedDict(
-            (k, (text, int(n), bool(stop), list(ids))) for k, text, n, stop, ids in state["entries"]
-        )
+        self._memo = OrderedDict()
+        for key, text, n, stop, raw in state["entries"]:
+            ids = array("i")
+            ids.frombytes(raw)
+            self._memo[key] = (text, int(n), bool(stop), ids)
         while len(self._memo) > self.max_entries:
             self._memo.popitem(last=False)
         self.hits, self.lookups = int(state["hits"]), int(state["lookups"])
@@ -89,33 +97,34 @@ class CachedReflectionPlayer:
         if prompt_ids is not None and len(prompt_ids) != len(prompts):
             raise ValueError(f"{len(prompt_ids)} prompt_ids for {len(prompts)} prompts")
         self.lookups += len(prompts)
-        missing: dict[str, int] = {}  # prompt -> its first position in `prompts`
-        for i, prompt in enumerate(prompts):
-            if prompt in self._memo:
-                self._memo.move_to_end(prompt)
-            elif prompt not in missing:
-                missing[prompt] = i
+        keys = [prompt_key(p) for p in prompts]
+        missing: dict[bytes, int] = {}  # key -> its first position in `prompts`
+        for i, key in enumerate(keys):
+            if key in self._memo:
+                self._memo.move_to_end(key)
+            elif key not in missing:
+                missing[key] = i
         self.hits += len(prompts) - len(missing)
         seconds = 0.0
-        fresh: dict[str, tuple[str, int, bool, list[int]]] = {}
+        fresh: dict[bytes, tuple[str, int, bool, array]] = {}
         if missing:
             order = list(missing.values())
             ids = [list(prompt_ids[i]) for i in order] if prompt_ids is not None else None
             batch = self.player.generate([prompts[i] for i in order], ids)
             seconds = batch.seconds
-            for k, prompt in enumerate(missing):
-                row_ids = list(batch.prompt_ids[k]) if k < len(batch.prompt_ids) else []
-                fresh[prompt] = (batch.texts[k], batch.num_tokens[k], batch.stopped[k], row_ids)
-        rows = [fresh.get(p) or self._memo[p] for p in prompts]
-        for prompt, entry in fresh.items():
-            self._memo[prompt] = entry
+            for k, key in enumerate(missing):
+                row_ids = array("i", batch.prompt_ids[k] if k < len(batch.prompt_ids) else [])
+                fresh[key] = (batch.texts[k], int(batch.num_tokens[k]), bool(batch.stopped[k]), row_ids)
+        rows = [fresh.get(k) or self._memo[k] for k in keys]
+        for key, entry in fresh.items():
+            self._memo[key] = entry
         while len(self._memo) > self.max_entries:
             self._memo.popitem(last=False)
         return ReflectionBatch(
             texts=[r[0] for r in rows],
             num_tokens=[r[1] for r in rows],
             stopped=[r[2] for r in rows],
-            prompt_ids=[list(r[3]) for r in rows],
+            prompt_ids=[r[3].tolist() for r in rows],
             seconds=seconds,
         )
 
