@@ -42,7 +42,9 @@ def demo_config(seed_dir: Path) -> DemoConfig:
 def eval_half(seed_dir: Path) -> dict:
     cfg = demo_config(seed_dir)
     runs = seed_dir / "runs"
-    confs = [EvalConfiguration(label, str(runs / p), str(runs / r) if r else None) for label, p, r in TABLE_ROWS]
+    confs = [
+        EvalConfiguration(label, str(runs / p), str(runs / r) if r else None) for label, p, r in TABLE_ROWS
+    ]
     out, transcripts = {}, {}
     for name, size in (("without_memo", 0), ("with_memo", DEFAULT_REFLECTION_CACHE_SIZE)):
         settings = demo_eval_settings(cfg)
@@ -86,7 +88,11 @@ def rl_half(seed_dir: Path, steps: int, work: Path) -> dict:
         wall = time.perf_counter() - start
         history = json.loads((run_dir / "log_history.json").read_text())
         logs[name] = history
-        rates = [h["rollout/reflection_cache_hit_rate"] for h in history if "rollout/reflection_cache_hit_rate" in h]
+        rates = [
+            h["rollout/reflection_cache_hit_rate"]
+            for h in history
+            if "rollout/reflection_cache_hit_rate" in h
+        ]
         out[name] = {
             "wall_seconds": round(wall, 1),
             "train_runtime": next(h["train_runtime"] for h in history if "train_runtime" in h),
@@ -104,8 +110,12 @@ def rl_half(seed_dir: Path, steps: int, work: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed_dir", type=Path, required=True, help="a finished demo / reproduce seed folder")
-    parser.add_argument("--rl_steps", type=int, default=60, help="RL steps of each RL half (0 skips the RL half)")
+    parser.add_argument(
+        "--seed_dir", type=Path, required=True, help="a finished demo / reproduce seed folder"
+    )
+    parser.add_argument(
+        "--rl_steps", type=int, default=60, help="RL steps of each RL half (0 skips the RL half)"
+    )
     parser.add_argument("--skip_eval", action="store_true")
     parser.add_argument("--output", type=Path, default=Path("outputs/bench/reflection_memo.json"))
     args = parser.parse_args()
