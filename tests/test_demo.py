@@ -136,10 +136,11 @@ def test_a_config_file_is_overridden_only_by_the_flags_given(tmp_path):
     assert (plain.seed, plain.env_name, plain.output_dir) == (0, "taxi", "outputs/demo")
 
 
-@pytest.mark.slow  # starts `transformers serve` (~10 s) and plays every reflection through it
+@pytest.mark.slow  # starts `transformers serve` (~10 s) and plays every generated reflection through it
 def test_smoke_demo_with_served_reflection_models(tmp_path):
     """`reflection_backend: openai`: the demo serves its own SFT'd reflection models with `transformers serve`; RL
-    and evaluation request every reflection from it (the server's access log shows them) and the demo finishes."""
+    and evaluation request every reflection their greedy memos do not hold from it (the server's access log shows
+    them) and the demo finishes."""
     for module in ("fastapi", "uvicorn", "openai"):
         pytest.importorskip(module, reason="`transformers serve` needs reflect-trl[serve]")
     from dataclasses import replace
@@ -149,16 +150,21 @@ def test_smoke_demo_with_served_reflection_models(tmp_path):
     assert {r["configuration"] for r in summary["results"]} == {label for label, _, _ in TABLE_ROWS}
     import torch
 
-    # one completions request per reflection: every RL turn of the runs with a reflection model, every evaluation
-    # turn of the configurations with one, and nothing else
-    rl_turns = 0
+    # one completions request per generated reflection: every RL turn of the runs with a reflection model and every
+    # evaluation turn of the configurations with one, less those the greedy reflection memos served, and nothing else
+    rl_turns = rl_generated = 0
     for name, (_, reflection, _) in RL_RUNS.items():
         args = torch.load(tmp_path / "runs" / name / "training_args.bin", weights_only=False)
         assert args.reflection_backend == ("openai" if reflection else "hf"), name
         history = json.loads((tmp_path / "runs" / name / "log_history.json").read_text())
         if reflection:
             assert args.reflection_base_url.startswith("http://127.0.0.1:")
-            rl_turns += sum(int(h.get("rollout/turn_samples", 0)) for h in history)
+            rollouts = [h for h in history if "rollout/turn_samples" in h]
+            rl_turns += sum(int(h["rollout/turn_samples"]) for h in rollouts)
+            rl_generated += sum(
+                round(h["rollout/turn_samples"] * (1.0 - h["rollout/reflection_cache_hit_rate"]))
+                for h in rollouts
+            )
     eval_turns = sum(
         round(r["mean_length"] * r["episodes"])
         for r, (_, _, reflection) in zip(summary["results"], _rows_of(summary["results"]), strict=True)
@@ -166,8 +172,19 @@ def test_smoke_demo_with_served_reflection_models(tmp_path):
     )
     server_log = (tmp_path / "logs" / "reflection_server.log").read_text()
     posts = server_log.count('"POST /v1/completions HTTP/1.1" 200')
-    assert rl_turns > 0 and eval_turns > 0
-    assert posts == rl_turns + eval_turns, server_log[-2000:]
+    memos = json.loads((tmp_path / "eval" / "results.json").read_text())["reflection_memos"]
+    assert set(memos) == {str(tmp_path / "runs" / r) for _, _, r in TABLE_ROWS if r}
+    greedy_turns = sum(
+        round(r["mean_length"] * r["episodes"])
+        for r, (_, _, reflection) in zip(summary["results"], _rows_of(summary["results"]), strict=True)
+        if reflection and r["decoding"] == "greedy"
+    )
+    assert sum(m["lookups"] for m in memos.values()) == greedy_turns, (
+        "every greedy reflection goes through a memo"
+    )
+    eval_generated = eval_turns - sum(m["hits"] for m in memos.values())
+    assert rl_turns > 0 and eval_turns > 0 and 0 < rl_generated < rl_turns
+    assert posts == rl_generated + eval_generated, server_log[-2000:]
     assert json.loads((tmp_path / "demo_config.json").read_text())["reflection_backend"] == "openai"
 
 

@@ -329,6 +329,9 @@ class EvalReport:
     configurations: list[EvalConfiguration]
     results: list[EvalResult]
     transcripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    #: greedy reflection memos, per reflection model: reflections asked for (``lookups``), served from the memo
+    #: (``hits``) and generated (``generated``, the requests an inference server received)
+    reflection_memos: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -336,6 +339,7 @@ class EvalReport:
             "environment": environment_card(self.settings),
             "configurations": [asdict(c) for c in self.configurations],
             "results": [asdict(r) for r in self.results],
+            "reflection_memos": self.reflection_memos,
         }
 
     def instance_counts(self) -> list[tuple[str, int, int]]:
@@ -457,6 +461,10 @@ def evaluate(
                     )
                     sys.stdout.flush()
     bar.close()
+    report.reflection_memos = {
+        reflection: {"lookups": memo.lookups, "hits": memo.hits, "generated": memo.lookups - memo.hits}
+        for (_, reflection), memo in cache.reflection_memos.items()
+    }
     return report
 
 

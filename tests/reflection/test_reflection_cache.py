@@ -199,8 +199,12 @@ def test_greedy_evaluation_shares_one_memo_per_reflection_model(tiny_model_dir, 
     assert memo.lookups == greedy_turns and memo.hits > 0, (
         "the second configuration replays the first's states"
     )
+    assert report.to_json()["reflection_memos"] == {
+        tiny_model_dir: {"lookups": memo.lookups, "hits": memo.hits, "generated": memo.lookups - memo.hits}
+    }
     off = evaluate(confs, EvalSettings(**{**settings.__dict__, "reflection_cache_size": 0}), progress=False)
     assert len(made) == 1, "reflection_cache_size 0: no memo"
+    assert off.reflection_memos == {}
     assert [r.episodes for r in off.results] == [r.episodes for r in report.results]
     with pytest.raises(ValueError, match="reflection_cache_size must be >= 0"):
         EvalSettings(reflection_cache_size=-1)
