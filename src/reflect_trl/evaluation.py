@@ -218,9 +218,8 @@ class _ModelCache:
     def __init__(self, device: str | None) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self._models: dict[str, Any] = {}
-        self.reflection_memos: dict[
-            tuple[str, str], CachedReflectionPlayer
-        ] = {}  # (backend, reflection) -> memo
+        # greedy reflection memos by (backend, reflection model)
+        self.reflection_memos: dict[tuple[str, str], CachedReflectionPlayer] = {}
 
     def get(self, path: str):
         if path not in self._models:

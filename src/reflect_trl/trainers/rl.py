@@ -536,9 +536,8 @@ class ReflectPPOTrainer(GRPOTrainer):
                 metrics[f"rollout/{key}"].append(stats[key])
         if self.args.exploration_epsilon:  # logged for every rollout (0 when none of its turns explored)
             metrics["rollout/explored_turn_share"].append(stats.get("explored_turn_share", 0.0))
-        if isinstance(
-            self.reflection, CachedReflectionPlayer
-        ):  # share of this rollout's reflections from the memo
+        if isinstance(self.reflection, CachedReflectionPlayer):
+            # the share of this rollout's reflections served from the memo
             hits, lookups = self.reflection.hits, self.reflection.lookups
             metrics["rollout/reflection_cache_hit_rate"].append(
                 (hits - self._memo_counts[0]) / max(lookups - self._memo_counts[1], 1)
