@@ -25,8 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from reflect_trl.demo import TABLE_ROWS, DemoConfig, demo_eval_settings  # noqa: E402
-from reflect_trl.evaluation import EvalConfiguration, evaluate  # noqa: E402
+from reflect_trl.demo import (  # noqa: E402
+    DemoConfig,
+    demo_config_from_cli,
+    demo_eval_configurations,
+    demo_eval_settings,
+    demo_jobs,
+)
+from reflect_trl.evaluation import evaluate  # noqa: E402
 from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE  # noqa: E402
 
 COMPARED = ("loss", "env/success_rate", "entropy", "kl", "rollout/reflection_tokens", "grad_norm")
@@ -36,15 +42,12 @@ def demo_config(seed_dir: Path) -> DemoConfig:
     path = seed_dir / "demo_config.json"
     if not path.is_file():
         raise SystemExit(f"{path} is missing: --seed_dir must be a finished demo / reproduce seed folder")
-    return DemoConfig(**json.loads(path.read_text()))
+    return demo_config_from_cli(["--config", str(path)])
 
 
 def eval_half(seed_dir: Path) -> dict:
     cfg = demo_config(seed_dir)
-    runs = seed_dir / "runs"
-    confs = [
-        EvalConfiguration(label, str(runs / p), str(runs / r) if r else None) for label, p, r in TABLE_ROWS
-    ]
+    confs = demo_eval_configurations(seed_dir / "runs")
     out, transcripts = {}, {}
     for name, size in (("without_memo", 0), ("with_memo", DEFAULT_REFLECTION_CACHE_SIZE)):
         settings = demo_eval_settings(cfg)
@@ -63,8 +66,6 @@ def eval_half(seed_dir: Path) -> dict:
 def rl_argv(seed_dir: Path, steps: int, output_dir: Path, cache_size: int) -> list[str]:
     """The seed's ``rl_reflect`` command (from its log's recorded arguments) with ``steps`` and a new output dir."""
     cfg = demo_config(seed_dir)
-    from reflect_trl.demo import demo_jobs
-
     jobs = demo_jobs(cfg, seed_dir / "models", seed_dir / "data" / cfg.env_name, seed_dir / "runs")
     job = next(j for j in jobs if j.name == "rl_reflect")
     argv = list(job.argv)

@@ -364,6 +364,16 @@ def demo_eval_settings(cfg: DemoConfig, reflection_base_url: str | None = None):
     )
 
 
+def demo_eval_configurations(runs: Path):
+    """The evaluated configurations of a demo run (the rows of its table), from its ``runs`` folder."""
+    from reflect_trl.evaluation import EvalConfiguration
+
+    return [
+        EvalConfiguration(label, str(runs / policy), str(runs / refl) if refl else None)
+        for label, policy, refl in TABLE_ROWS
+    ]
+
+
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from reflect_trl.data_builder import DataBuilderConfig, build_datasets
     from reflect_trl.tracking import configure_tracking
@@ -441,7 +451,7 @@ def _train_and_evaluate(
     out: Path,
     base_url,
 ):
-    from reflect_trl.evaluation import EvalConfiguration, evaluate
+    from reflect_trl.evaluation import evaluate
     from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
 
     jobs = demo_jobs(cfg, base, data, runs, reflection_base_url=base_url, policy_base=policy_base)
@@ -460,11 +470,7 @@ def _train_and_evaluate(
 
     with progress.step("5/5 evaluation, table and plots"):
         settings = demo_eval_settings(cfg, base_url)
-        configurations = [
-            EvalConfiguration(label, str(runs / policy), str(runs / refl) if refl else None)
-            for label, policy, refl in TABLE_ROWS
-        ]
-        report = evaluate(configurations, settings)
+        report = evaluate(demo_eval_configurations(runs), settings)
         paths = report.write(out / "eval")
         curves = {
             label: load_log_history(runs / policy)

@@ -38,7 +38,7 @@ from reflect_trl.envs import Task, make_env
 from reflect_trl.progress import progress_bar
 from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, resolve_option_labels
 from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE, CachedReflectionPlayer
-from reflect_trl.reflection.player import REFLECTION_BACKENDS, make_reflection_player
+from reflect_trl.reflection.player import REFLECTION_BACKENDS, ReflectionPlayer, make_reflection_player
 from reflect_trl.rollout import Actor, Episode, PolicyActor, RolloutEngine
 from reflect_trl.scripted_actors import SCRIPTED_ACTORS, scripted_actor
 from reflect_trl.seeding import derive_seed
@@ -243,6 +243,34 @@ def policy_labels(settings: EvalSettings, configuration: EvalConfiguration) -> t
     )
 
 
+def _reflection_player(
+    settings: EvalSettings, configuration: EvalConfiguration, decoding: str, cache: _ModelCache
+) -> ReflectionPlayer:
+    """The reflection player of ``configuration`` for ``decoding`` (greedy: temperature 0), in-process or served."""
+    temperature = 0.0 if decoding == "greedy" else settings.reflection_temperature
+    if settings.reflection_backend == "openai":
+        return make_reflection_player(
+            "openai",
+            max_new_tokens=settings.reflection_max_new_tokens,
+            temperature=temperature,
+            base_url=settings.reflection_base_url,
+            model_name=configuration.reflection,
+            api_key_env=settings.reflection_api_key_env,
+            concurrency=settings.reflection_concurrency,
+            timeout=settings.reflection_timeout,
+            max_retries=settings.reflection_max_retries,
+            seed=derive_seed(settings.seed, configuration.name, decoding),
+        )
+    r_model, r_tok = cache.get(configuration.reflection)
+    return make_reflection_player(
+        "hf",
+        model=r_model,
+        tokenizer=r_tok,
+        max_new_tokens=settings.reflection_max_new_tokens,
+        temperature=temperature,
+    )
+
+
 def run_configuration(
     settings: EvalSettings,
     configuration: EvalConfiguration,
@@ -262,38 +290,16 @@ def run_configuration(
         actor = PolicyActor(model, tokenizer, OptionHead(tokenizer, labels), temperature=1.0, greedy=greedy)
     reflection = None
     if configuration.reflection:
-        temperature = 0.0 if greedy else settings.reflection_temperature
-        if settings.reflection_backend == "openai":
-            reflection = make_reflection_player(
-                "openai",
-                max_new_tokens=settings.reflection_max_new_tokens,
-                temperature=temperature,
-                base_url=settings.reflection_base_url,
-                model_name=configuration.reflection,
-                api_key_env=settings.reflection_api_key_env,
-                concurrency=settings.reflection_concurrency,
-                timeout=settings.reflection_timeout,
-                max_retries=settings.reflection_max_retries,
-                seed=derive_seed(settings.seed, configuration.name, decoding),
-            )
-        else:
-            r_model, r_tok = cache.get(configuration.reflection)
-            reflection = make_reflection_player(
-                "hf",
-                model=r_model,
-                tokenizer=r_tok,
-                max_new_tokens=settings.reflection_max_new_tokens,
-                temperature=temperature,
-            )
-    if reflection is not None and greedy and settings.reflection_cache_size > 0:
-        # one memo per reflection model: the greedy reflection of a prompt does not depend on the configuration
+        # greedy: one memo per reflection model, reused by every configuration that reads it
+        memoised = greedy and settings.reflection_cache_size > 0
         key = (settings.reflection_backend, configuration.reflection)
-        memo = cache.reflection_memos.get(key)
-        if memo is None:
-            memo = cache.reflection_memos[key] = CachedReflectionPlayer(
-                reflection, settings.reflection_cache_size
-            )
-        reflection = memo
+        reflection = cache.reflection_memos.get(key) if memoised else None
+        if reflection is None:
+            reflection = _reflection_player(settings, configuration, decoding, cache)
+            if memoised:
+                reflection = cache.reflection_memos[key] = CachedReflectionPlayer(
+                    reflection, settings.reflection_cache_size
+                )
     engine = RolloutEngine(
         settings.env_name,
         actor,

@@ -748,7 +748,6 @@ class ReflectPPOTrainer(GRPOTrainer):
             "reflection_memo": self.reflection.state_dict()
             if isinstance(self.reflection, CachedReflectionPlayer)
             else None,
-            "reflection_memo_counts": self._memo_counts,
         }
 
     def _save_checkpoint(self, model, trial):
@@ -781,7 +780,8 @@ class ReflectPPOTrainer(GRPOTrainer):
         self._rollouts = int(state["rollouts"])
         if isinstance(self.reflection, CachedReflectionPlayer) and state.get("reflection_memo") is not None:
             self.reflection.load_state_dict(state["reflection_memo"])
-            self._memo_counts = tuple(state["reflection_memo_counts"])
+            # every rollout logs its hit rate, so the last logged counts are the memo's own at a checkpoint
+            self._memo_counts = (self.reflection.hits, self.reflection.lookups)
         if self.value_head is not None:
             self.value_head.load_state_dict(torch.load(Path(checkpoint) / VALUE_HEAD_FILE, weights_only=True))
 
