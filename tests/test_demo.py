@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -89,6 +90,12 @@ def test_demo_overrides_are_typed():
     assert _parse_field("sft_policy_learning_rate", None, "none", parser) is None
     with pytest.raises(SystemExit):
         _parse_field("sft_policy_learning_rate", None, "fast", parser)
+    # a dict field takes a JSON object
+    rates = {"sft_plain": 1e-3}
+    assert _parse_field("sft_run_learning_rates", rates, '{"sft_plain": 3e-3}', parser) == {"sft_plain": 3e-3}
+    assert _parse_field("sft_run_learning_rates", rates, "{}", parser) == {}
+    with pytest.raises(SystemExit):
+        _parse_field("sft_run_learning_rates", rates, "3e-3", parser)
 
 
 def test_smoke_demo_runs_on_auto_explore(tmp_path):
@@ -268,10 +275,22 @@ def test_a_policy_preset_gives_the_policies_their_own_base_model_and_learning_ra
         return job.argv[job.argv.index(f"--{name}") + 1]
 
     for name, (_, role, _) in SFT_RUNS.items():
-        expected = (policy_base, "0.0003") if role == "policy" else (base, str(cfg.sft_learning_rate))
+        # the w/o-negatives and plain policies keep their own rates (sft_run_learning_rates, 1e-3 by default)
+        policy_lr = "0.001" if name in ("sft_policy_positive", "sft_plain") else "0.0003"
+        expected = (policy_base, policy_lr) if role == "policy" else (base, str(cfg.sft_learning_rate))
         assert (flag(jobs[name], "model_name_or_path"), flag(jobs[name], "learning_rate")) == tuple(
             map(str, expected)
         ), name
+    # without rates of their own, every policy run takes the policies' rate; a reflection run can have its own
+    shared = replace(cfg, sft_run_learning_rates={"sft_reflection_positive": 2e-3})
+    runs = {j.name: j for j in demo_jobs(shared, base, tmp_path / "data", tmp_path / "runs")}
+    assert {n: flag(runs[n], "learning_rate") for n in SFT_RUNS} == {
+        "sft_reflection": str(cfg.sft_learning_rate),
+        "sft_reflection_positive": "0.002",
+        "sft_policy": "0.0003",
+        "sft_policy_positive": "0.0003",
+        "sft_plain": "0.0003",
+    }
     # one preset for both players: one base model, and the policies' learning rate is sft_learning_rate
     same = DemoConfig(model_preset="nano", policy_preset="nano")
     assert base_models(same, tmp_path / "one")[1] is None
@@ -281,6 +300,11 @@ def test_a_policy_preset_gives_the_policies_their_own_base_model_and_learning_ra
     for bad, match in (
         (DemoConfig(policy_preset="huge"), "policy_preset 'huge'"),
         (DemoConfig(sft_policy_learning_rate=0.0), "sft_policy_learning_rate must be > 0"),
+        (
+            DemoConfig(sft_run_learning_rates={"sft_plain": -1.0}),
+            r"sft_run_learning_rates\['sft_plain'\] must be",
+        ),
+        (DemoConfig(sft_run_learning_rates={"sft_polcy": 1e-3}), "unknown SFT run 'sft_polcy'"),
     ):
         with pytest.raises(UsageError, match=match):
             check_demo_config(bad)

@@ -149,8 +149,8 @@ def test_compare_reports_every_pair_and_stage():
 
 @pytest.mark.slow
 def test_reproduce_smoke_two_seeds(tmp_path):
-    """Two seeds as two `reflect-trl demo` processes at once; the pooled counts are the sums of the seeds' own
-    evaluation files."""
+    """Two seeds' jobs in one pool of two worker processes; the pooled counts are the sums of the seeds' own
+    evaluation files; every seed's summary times each of its jobs and its evaluation."""
     config = ReproduceConfig(
         seeds=[0, 1], env_name="taxi", output_dir=str(tmp_path), smoke=True, bootstrap_resamples=200, jobs=2
     )
@@ -189,11 +189,26 @@ def test_reproduce_smoke_two_seeds(tmp_path):
         assert row["seen"]["successes"] + row["unseen"]["successes"] == row["successes"]
     assert "(unseen)" in md and exposure_table(on_disk["rows"], "greedy") in md
     assert (tmp_path / "success_by_seed_greedy.png").is_file()
-    # a second call with the same settings reuses both finished seeds: same rows, no demo run (no demo.log rewrite)
-    logs = {s: (tmp_path / f"seed_{s}" / "demo.log").stat().st_mtime_ns for s in (0, 1)}
+    from reflect_trl.demo import demo_jobs, job_label
+
+    for seed in (0, 1):
+        timings = on_disk["per_seed"][str(seed)]["timings_seconds"]
+        seed_dir = tmp_path / f"seed_{seed}"
+        runs = demo_jobs(config.demo_config(seed), seed_dir, seed_dir, seed_dir / "runs")
+        expected = {f"{job_label(j)} {j.name}" for j in runs} | {"5/5 evaluation, table and plots"}
+        assert expected <= set(timings) and all(v > 0 for v in timings.values())
+        assert on_disk["per_seed"][str(seed)]["total_seconds"] >= max(timings.values())
+        assert (seed_dir / "logs" / "evaluation.log").is_file() and (
+            seed_dir / "logs" / "rl_reflect.log"
+        ).is_file()
+    assert on_disk["jobs"] == 2 and "pool of 2 worker processes" in md
+    # a second call with the same settings reuses both finished seeds: same rows, no job run (no log rewritten)
+    logs = {s: (tmp_path / f"seed_{s}" / "logs" / "evaluation.log").stat().st_mtime_ns for s in (0, 1)}
     again = run_reproduce(config)
     assert again["rows"] == summary["rows"]
-    assert {s: (tmp_path / f"seed_{s}" / "demo.log").stat().st_mtime_ns for s in (0, 1)} == logs
+    assert {
+        s: (tmp_path / f"seed_{s}" / "logs" / "evaluation.log").stat().st_mtime_ns for s in (0, 1)
+    } == logs
 
 
 def test_finished_summary_needs_the_same_configuration(tmp_path):
@@ -210,5 +225,70 @@ def test_finished_summary_needs_the_same_configuration(tmp_path):
     (seed_dir / "summary.json").write_text(json.dumps({"results": [{"configuration": "x"}]}))
     assert finished_summary(cfg) == {"results": [{"configuration": "x"}]}
     assert finished_summary(replace(cfg, rl_steps=cfg.rl_steps + 1)) is None  # another configuration
+    older = {
+        k: v for k, v in asdict(cfg).items() if k != "sft_run_learning_rates"
+    }  # a run before a new field
+    (seed_dir / "demo_config.json").write_text(json.dumps(older))
+    assert finished_summary(cfg) is None
+    (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
     (seed_dir / "summary.json").write_text("{not json")
     assert finished_summary(cfg) is None
+
+
+def test_the_wall_time_table_matches_steps_by_name():
+    """Seeds finish their jobs in different orders: each column holds one step of every seed; a step a seed lacks
+    shows as a dash."""
+    from reflect_trl.reproduce import results_markdown
+
+    machine = {
+        "cpu_count": 2,
+        "processor": "x86_64",
+        "platform": "Linux",
+        "python": "3.12",
+        "torch": "2",
+        "cuda": False,
+    }
+    machine["torch_threads"] = 2
+    summary = {
+        "env_name": "taxi",
+        "seeds": [0, 1],
+        "rows": [],
+        "comparisons": [],
+        "per_seed": {
+            "0": {"total_seconds": 600, "timings_seconds": {"SFT a": 10.0, "SFT b": 20.0, "RL c": 30.0}},
+            "1": {"total_seconds": 660, "timings_seconds": {"SFT b": 21.0, "SFT a": 11.0, "eval": 5.0}},
+        },
+        "machine": machine,
+        "total_seconds": 900,
+        "jobs": 2,
+    }
+    md = results_markdown(summary)
+    assert "| seed | wall time | SFT a | SFT b | RL c | eval |" in md
+    assert "| 0 | 10.0 min | 10 s | 20 s | 30 s | – |" in md
+    assert "| 1 | 11.0 min | 11 s | 21 s | – | 5 s |" in md
+    assert "pool of 2 worker processes" in md and "This call: 15.0 min" in md
+
+
+def test_evaluate_only_names_the_missing_runs(tmp_path):
+    from reflect_trl.demo import DemoConfig, finish_pooled_demo
+    from reflect_trl.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"no finished run \['rl_plain', 'rl_reflect'"):
+        finish_pooled_demo(DemoConfig(output_dir=str(tmp_path)))
+
+
+def test_evaluate_only_refuses_runs_of_another_configuration(tmp_path):
+    from dataclasses import asdict
+
+    from reflect_trl.demo import TABLE_ROWS, DemoConfig, finish_pooled_demo
+    from reflect_trl.errors import UsageError
+
+    for _, policy, reflection in TABLE_ROWS:
+        for run in (policy, reflection):
+            if run:
+                (tmp_path / "runs" / run).mkdir(parents=True, exist_ok=True)
+                (tmp_path / "runs" / run / "config.json").write_text("{}")
+    trained = DemoConfig(output_dir=str(tmp_path), rl_steps=150)
+    (tmp_path / "demo_config.json").write_text(json.dumps(asdict(trained)))
+    with pytest.raises(UsageError, match=r"other settings .* for \['rl_steps'\]; pass --config"):
+        finish_pooled_demo(DemoConfig(output_dir=str(tmp_path), rl_steps=300, eval_episodes_per_stage=10))

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -56,6 +57,12 @@ class DemoConfig:
     sft_learning_rate: float = 3e-3
     # the policy SFT runs' learning rate; None = sft_learning_rate
     sft_policy_learning_rate: float | None = None
+    # learning rates of single SFT runs (SFT_RUNS names), over the two above. Chosen per chain on `validation`
+    # (docs/experiments.md §1): the positive-only policy SFT stalls at 3e-3 on two seeds of three; at 1e-3 the
+    # w/o-negatives and plain chains do better, the chain with negatives worse (mean success over stages, seeds 0-1).
+    sft_run_learning_rates: dict[str, float] = field(
+        default_factory=lambda: {"sft_policy_positive": 1e-3, "sft_plain": 1e-3}
+    )
     sft_eval_samples: int = 96
     # "model": the policies learn on the reflections they will read in the loop -- the oracle's reflections in their
     # SFT data are replaced by the SFT'd reflection model's own (reflect-trl relabel; targets stay the oracle's);
@@ -224,9 +231,6 @@ def demo_jobs(
     ``policy_base`` (default: ``base``); with ``reflection_base_url`` the RL steps request their reflections from that
     server."""
     jobs: dict[str, Job] = {}
-    policy_lr = (
-        cfg.sft_policy_learning_rate if cfg.sft_policy_learning_rate is not None else cfg.sft_learning_rate
-    )
 
     def add(
         name: str, command: str, argv: list[str], needs: tuple[str, ...] = (), run_dir: Path | None = None
@@ -262,7 +266,7 @@ def demo_jobs(
             role=role,
             max_steps=steps,
             per_device_train_batch_size=cfg.sft_batch_size,
-            learning_rate=policy_lr if role == "policy" else cfg.sft_learning_rate,
+            learning_rate=sft_learning_rate(cfg, name),
             lr_scheduler_type="cosine",
             warmup_steps=max(1, steps // 20),
             logging_steps=max(1, steps // 10),
@@ -327,6 +331,16 @@ def demo_jobs(
     return list(jobs.values())
 
 
+def sft_learning_rate(cfg: DemoConfig, sft_run: str) -> float:
+    """The learning rate of the SFT run ``sft_run``: its own in ``sft_run_learning_rates``, else
+    ``sft_policy_learning_rate`` for a policy run (when set), else ``sft_learning_rate``."""
+    if sft_run in cfg.sft_run_learning_rates:
+        return cfg.sft_run_learning_rates[sft_run]
+    if SFT_RUNS[sft_run][1] == "policy" and cfg.sft_policy_learning_rate is not None:
+        return cfg.sft_policy_learning_rate
+    return cfg.sft_learning_rate
+
+
 def relabelled(cfg: DemoConfig, sft_run: str) -> bool:
     """Whether the policy SFT run ``sft_run`` learns on its reflection model's own reflections (reflect-trl relabel)."""
     _, role, reflector = SFT_RUNS[sft_run]
@@ -374,14 +388,12 @@ def demo_eval_configurations(runs: Path):
     ]
 
 
-def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path | None, Path]:
+    """Steps 1-2 of the demo: record the configuration, build the untrained models and the SFT data. Returns the
+    base model, the policies' base model (None: the same) and the data folder."""
     from reflect_trl.data_builder import DataBuilderConfig, build_datasets
     from reflect_trl.tracking import configure_tracking
 
-    if cfg.torch_threads:
-        import torch
-
-        torch.set_num_threads(cfg.torch_threads)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
@@ -389,8 +401,6 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     (out / "summary.json").unlink(missing_ok=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     configure_tracking(cfg.report_to, out)
-    progress = _Progress()
-    runs = out / "runs"
 
     with progress.step("1/5 tiny model + tokenizer"):
         base, policy_base = base_models(cfg, out / "models")
@@ -406,7 +416,22 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             output_dir=str(out / "data"),
         )
         build_datasets(data_config)
-    data = out / "data" / cfg.env_name
+    return base, policy_base, out / "data" / cfg.env_name
+
+
+def _set_torch_threads(cfg: DemoConfig) -> None:
+    if cfg.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    _set_torch_threads(cfg)
+    progress = _Progress()
+    out = Path(cfg.output_dir)
+    runs = out / "runs"
+    base, policy_base, data = prepare_demo(cfg, progress)
 
     with contextlib.ExitStack() as stack:
         base_url = None
@@ -418,9 +443,55 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                 f"[demo {progress.elapsed()}]     reflection server (transformers serve) at {base_url}",
                 flush=True,
             )
-        report, paths, plots = _train_and_evaluate(
-            cfg, progress, base, policy_base, data, runs, out, base_url
+        _train(cfg, progress, base, policy_base, data, runs, out, base_url)
+        report, paths, plots = evaluate_demo_runs(cfg, progress, base_url)
+    return _finish(cfg, progress, report, paths, plots, runs, out)
+
+
+JOB_TIMINGS = "job_timings.json"
+
+
+def finish_pooled_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """The last step of a demo whose SFT / relabel / RL jobs ran elsewhere (``reflect-trl reproduce``'s shared pool;
+    ``reflect-trl demo --evaluate_only``): evaluate its runs and write its summary. The step timings and the start
+    time come from ``<output_dir>/job_timings.json`` when the pool wrote one."""
+    from reflect_trl.errors import UsageError
+
+    _set_torch_threads(cfg)
+    out = Path(cfg.output_dir)
+    runs = out / "runs"
+    missing = sorted(
+        {
+            run
+            for _, policy, reflection in TABLE_ROWS
+            for run in (policy, reflection)
+            if run and not (runs / run / "config.json").is_file()
+        }
+    )
+    if missing:
+        raise UsageError(
+            f"--evaluate_only: {runs} has no finished run {missing}; run the demo (or reproduce) first"
         )
+    trained = out / "demo_config.json"
+    if trained.is_file():  # the runs must be this configuration's (the evaluation settings may differ)
+        recorded_cfg = json.loads(trained.read_text())
+        differ = sorted(
+            k
+            for k, v in json.loads(json.dumps(asdict(cfg))).items()
+            if not k.startswith("eval_") and k in recorded_cfg and recorded_cfg[k] != v
+        )
+        if differ:
+            raise UsageError(
+                f"--evaluate_only: the runs in {out} were trained with other settings ({trained}) for {differ}; "
+                f"pass --config {trained}"
+            )
+    progress = _Progress()
+    recorded = json.loads((out / JOB_TIMINGS).read_text()) if (out / JOB_TIMINGS).is_file() else {}
+    progress.timings.update(recorded.get("timings_seconds", {}))
+    if "start_time" in recorded:  # wall time since the seed's first step (other seeds' jobs may overlap it)
+        progress.start -= time.time() - float(recorded["start_time"])
+    (out / "summary.json").unlink(missing_ok=True)
+    report, paths, plots = evaluate_demo_runs(cfg, progress)
     return _finish(cfg, progress, report, paths, plots, runs, out)
 
 
@@ -441,7 +512,7 @@ def base_models(cfg: DemoConfig, models: Path) -> tuple[Path, Path | None]:
     return base, build(models / f"policy-{cfg.policy_preset}-{cfg.model_arch}", cfg.policy_preset)
 
 
-def _train_and_evaluate(
+def _train(
     cfg: DemoConfig,
     progress,
     base: Path,
@@ -450,16 +521,12 @@ def _train_and_evaluate(
     runs: Path,
     out: Path,
     base_url,
-):
-    from reflect_trl.evaluation import evaluate
-    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
-
+) -> None:
     jobs = demo_jobs(cfg, base, data, runs, reflection_base_url=base_url, policy_base=policy_base)
-    labels = {"sft": "SFT", "rl": "RL", "relabel": "relabel"}
     with progress.step(f"3-4/5 SFT, relabel and RL: {len(jobs)} jobs, {cfg.jobs} at a time"):
 
         def report(name: str, event: str, seconds: float) -> None:
-            kind = labels[next(j.command for j in jobs if j.name == name)]
+            kind = job_label(next(j for j in jobs if j.name == name))
             if event == "start":
                 print(f"[demo {progress.elapsed()}]     {kind} {name} started", flush=True)
             else:
@@ -468,6 +535,19 @@ def _train_and_evaluate(
 
         run_jobs(jobs, workers=cfg.jobs, log_dir=out / "logs", report=report)
 
+
+def job_label(job: Job) -> str:
+    """The kind of a demo job as its timing key names it (``SFT``, ``RL``, ``relabel``)."""
+    return {"sft": "SFT", "rl": "RL", "relabel": "relabel"}.get(job.command, job.command)
+
+
+def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None):
+    """Step 5: the held-out evaluation of the demo's runs, the learning curves and the success bars."""
+    from reflect_trl.evaluation import evaluate
+    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
+
+    out = Path(cfg.output_dir)
+    runs = out / "runs"
     with progress.step("5/5 evaluation, table and plots"):
         settings = demo_eval_settings(cfg, base_url)
         report = evaluate(demo_eval_configurations(runs), settings)
@@ -543,7 +623,7 @@ def _players(cfg: dict[str, Any]) -> str:
 def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentParser) -> Any:
     """A ``--field value`` override as the field's type (JSON for the kwargs dicts)."""
     try:
-        if key.endswith("env_kwargs"):
+        if key.endswith("env_kwargs") or isinstance(current, dict):
             parsed = json.loads(value)
             if not isinstance(parsed, dict):
                 raise ValueError("expected a JSON object")
@@ -556,10 +636,10 @@ def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentPa
             from reflect_trl.config_lists import parse_list
 
             return parse_list(value, f"--{key}") or []
-        if current is None:  # an optional field ("float | None", "str | None"): "none" keeps the default
+        annotation = str(DemoConfig.__dataclass_fields__[key].type)
+        if "None" in annotation:  # an optional field ("float | None", "str | None"): "none" gives None
             if value.lower() == "none":
                 return None
-            annotation = str(DemoConfig.__dataclass_fields__[key].type)
             return float(value) if annotation.startswith("float") else value
         return type(current)(value)
     except ValueError as err:
@@ -642,6 +722,11 @@ def check_demo_config(cfg: DemoConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and not value > 0:
             raise UsageError(f"{name} must be > 0, got {value}")
+    for run, value in cfg.sft_run_learning_rates.items():
+        if run not in SFT_RUNS:
+            raise UsageError(f"sft_run_learning_rates: unknown SFT run {run!r}; choose from {list(SFT_RUNS)}")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+            raise UsageError(f"sft_run_learning_rates[{run!r}] must be a number > 0, got {value!r}")
     if not 0.0 <= cfg.rl_exploration_epsilon < 1.0:
         raise UsageError(f"rl_exploration_epsilon must be in [0, 1), got {cfg.rl_exploration_epsilon}")
     if cfg.rl_task_sampling not in TASK_SAMPLINGS:
@@ -706,6 +791,11 @@ def demo_config_from_cli(argv: Sequence[str] | None = None) -> DemoConfig:
     parser.add_argument(
         "--config", default=None, help="a JSON or YAML file of DemoConfig fields (flags override it)"
     )
+    parser.add_argument(
+        "--evaluate_only",
+        action="store_true",
+        help="only the last step: evaluate the finished runs in --output_dir and write the table and summary",
+    )
     args, rest = parser.parse_known_args(argv)
     if args.no_progress:
         from reflect_trl.progress import disable_progress
@@ -736,4 +826,6 @@ def demo_config_from_cli(argv: Sequence[str] | None = None) -> DemoConfig:
 
 
 def demo_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    return run_demo(demo_config_from_cli(argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg = demo_config_from_cli(argv)
+    return finish_pooled_demo(cfg) if "--evaluate_only" in argv else run_demo(cfg)

@@ -258,14 +258,15 @@ def compare(
 @dataclass
 class ReproduceConfig:
     """What ``reflect-trl reproduce`` runs. ``demo_overrides`` are :class:`~reflect_trl.demo.DemoConfig` fields
-    applied to every seed (``--rl_steps 120``); ``jobs`` seeds run at once, each in its own process."""
+    applied to every seed (``--rl_steps 120``); ``jobs``: worker processes of the pool shared by all seeds' jobs
+    (0: the demo's ``jobs``)."""
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     env_name: str = "taxi"
     output_dir: str | None = None  # default outputs/reproduce/<env>
     smoke: bool = False
     bootstrap_resamples: int = 10_000
-    jobs: int = 1
+    jobs: int = 0
     rerun: bool = False  # False: a seed whose finished run has the same demo configuration is reused
     demo_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -284,8 +285,6 @@ class ReproduceConfig:
             "env_name": self.env_name,
             "env_kwargs": dict(DEFAULT_ENV_KWARGS.get(self.env_name, {})),
         }
-        if self.jobs > 1:
-            settings["torch_threads"] = 1  # one core per seed
         settings.update(self.demo_overrides)
         return replace(base, **settings)
 
@@ -306,7 +305,8 @@ def _machine() -> dict[str, Any]:
 
 def finished_summary(cfg: Any) -> dict[str, Any] | None:
     """The ``summary.json`` of a finished demo run in ``cfg.output_dir`` whose ``demo_config.json`` equals ``cfg``
-    (every field: seed, steps, data, evaluation); ``None`` when there is none or anything differs."""
+    (every field: seed, steps, data, evaluation); ``None`` when there is none, anything differs or the run predates
+    a field."""
     seed_dir = Path(cfg.output_dir)
     try:
         recorded = json.loads((seed_dir / "demo_config.json").read_text())
@@ -314,17 +314,15 @@ def finished_summary(cfg: Any) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     current = json.loads(json.dumps(asdict(cfg)))
-    # fields added since the run had their default then
-    defaults = json.loads(json.dumps(asdict(type(cfg)())))
-    if {k: recorded.get(k, defaults[k]) for k in current} != current or "results" not in summary:
+    # a field added since the run is a difference: its default need not be what the run did then
+    if {k: recorded.get(k) for k in current} != current or "results" not in summary:
         return None
     return summary
 
 
 def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
-    """Run every seed's demo, ``config.jobs`` at a time. One job: in this process; several: one process per seed
-    (``reflect-trl demo --config``, log in ``seed_<s>/demo.log``), each with one torch thread. A seed already
-    finished with the same configuration is reused unless ``config.rerun``."""
+    """Run every seed's demo (:func:`_run_demos`); a seed already finished with the same configuration is reused
+    unless ``config.rerun``."""
     reused: dict[int, dict[str, Any]] = {}
     if not config.rerun:
         for seed, cfg in demo_configs.items():
@@ -338,28 +336,70 @@ def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
 
 
 def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
-    """One ``reflect-trl demo --config seed_<s>/demo_request.json`` job per seed (:func:`reflect_trl.pipeline.run_jobs`,
-    ``config.jobs`` at a time, log in ``seed_<s>/demo.log``); returns each seed's ``summary.json``."""
+    """Every seed's demo in one shared pool of ``config.jobs`` worker processes (:func:`reflect_trl.pipeline.run_jobs`):
+    models and data are built here, then all seeds' SFT / relabel / RL jobs and each seed's evaluation
+    (``reflect-trl demo --evaluate_only``) go into one job graph, seed by seed in list order, so a seed's last
+    long job overlaps the next seed's first ones instead of leaving a core idle. Logs: ``seed_<s>/logs/``. With
+    ``reflection_backend: openai`` (the demo starts its own server) the seeds run one after the other, one
+    ``reflect-trl demo`` process each. Returns each seed's ``summary.json``."""
+    from reflect_trl.demo import JOB_TIMINGS, demo_jobs, job_label, prepare_demo
+    from reflect_trl.demo import _Progress as Progress
     from reflect_trl.pipeline import Job, run_jobs
 
-    jobs = []
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] {message}", flush=True)
+
+    jobs: list[Job] = []
+    seed_of: dict[str, int] = {}
+    recorded: dict[int, dict[str, Any]] = {}
     for seed, cfg in demo_configs.items():
         seed_dir = Path(cfg.output_dir)
         seed_dir.mkdir(parents=True, exist_ok=True)
         request = seed_dir / "demo_request.json"
         request.write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-        jobs.append(Job(f"seed {seed}", "demo", ["--config", str(request)], log=seed_dir / "demo.log"))
-    start = time.perf_counter()
+        if cfg.reflection_backend == "openai":
+            jobs.append(Job(f"seed {seed}", "demo", ["--config", str(request)], log=seed_dir / "demo.log"))
+            seed_of[jobs[-1].name] = seed
+            continue
+        progress = Progress()
+        (seed_dir / JOB_TIMINGS).unlink(missing_ok=True)
+        base, policy_base, data = prepare_demo(cfg, progress)
+        recorded[seed] = {"timings_seconds": dict(progress.timings)}
+        seed_jobs = demo_jobs(cfg, base, data, seed_dir / "runs", policy_base=policy_base)
+        named = {job.name: f"seed {seed} {job_label(job)} {job.name}" for job in seed_jobs}
+        for job in seed_jobs:
+            needs = tuple(named[n] for n in job.needs)
+            jobs.append(
+                replace(job, name=named[job.name], needs=needs, log=seed_dir / "logs" / f"{job.name}.log")
+            )
+        evaluation = f"seed {seed} evaluation"
+        log = seed_dir / "logs" / "evaluation.log"
+        argv = ["--config", str(request), "--evaluate_only"]
+        jobs.append(Job(evaluation, "demo", argv, tuple(named.values()), log=log))
+        seed_of.update(dict.fromkeys([*named.values(), evaluation], seed))
 
     def report(name: str, event: str, seconds: float) -> None:
+        seed = seed_of[name]
         if event == "start":
-            where = f" (log {next(j.log for j in jobs if j.name == name)})" if config.jobs > 1 else ""
-            message = f"{name} started{where}"
-        else:
-            message = f"{name} done after {seconds / 60:.1f} min"
-        print(f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] {message}", flush=True)
+            if seed in recorded:  # a seed's wall time runs from its first job (it may overlap other seeds')
+                recorded[seed].setdefault("start_time", time.time())
+            log = next(j.log for j in jobs if j.name == name)
+            say(f"{name} started (log {log})")
+            return
+        say(f"{name} done after {seconds / 60:.1f} min")
+        if seed in recorded and not name.endswith(" evaluation"):
+            step = name.removeprefix(f"seed {seed} ")
+            recorded[seed]["timings_seconds"][step] = seconds
+            # the seed's evaluation job reads these when it writes the seed's summary
+            path = Path(demo_configs[seed].output_dir) / JOB_TIMINGS
+            path.write_text(json.dumps(recorded[seed], indent=2) + "\n")
 
-    run_jobs(jobs, workers=config.jobs, report=report)
+    workers = config.jobs or max(cfg.jobs for cfg in demo_configs.values())
+    if any(cfg.reflection_backend == "openai" for cfg in demo_configs.values()):
+        workers = 1  # each seed's demo runs its own server and its own pool
+    run_jobs(jobs, workers=workers, report=report)
     return {
         seed: json.loads((Path(cfg.output_dir) / "summary.json").read_text())
         for seed, cfg in demo_configs.items()
@@ -421,7 +461,7 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
             for seed, s in per_seed_summary.items()
         },
         "demo_config": {k: v for k, v in asdict(first).items() if k not in ("output_dir", "seed")},
-        "jobs": config.jobs,
+        "jobs": config.jobs or first.jobs,
         "total_seconds": time.perf_counter() - start,
         "machine": _machine(),
     }
@@ -534,11 +574,13 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
                 "environment with few instances repeats training instances in `test`.\n",
                 exposure,
             ]
-    timing_lines = ["| seed | wall time | " + " | ".join(_short_steps(summary)) + " |"]
-    timing_lines.append("|---|---|" + "---|" * len(_short_steps(summary)))
+    step_names = _step_names(summary)
+    timing_lines = ["| seed | wall time | " + " | ".join(n.split(":")[0] for n in step_names) + " |"]
+    timing_lines.append("|---|---|" + "---|" * len(step_names))
     for seed in seeds:
         info = summary["per_seed"][str(seed)]
-        steps = " | ".join(f"{v:.0f} s" for v in info["timings_seconds"].values())
+        seconds = [info["timings_seconds"].get(n) for n in step_names]
+        steps = " | ".join("–" if v is None else f"{v:.0f} s" for v in seconds)
         reused = " (reused)" if info.get("reused") else ""
         timing_lines.append(f"| {seed} | {info['total_seconds'] / 60:.1f} min{reused} | {steps} |")
     machine = summary["machine"]
@@ -547,7 +589,9 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
     parts += [
         "## Wall time\n",
         "\n".join(timing_lines) + "\n",
-        f"Seed runs {seed_minutes:.1f} min in all; this call {summary['total_seconds'] / 60:.1f} min"
+        f"Job wall times; a seed's wall time runs from its first step to its evaluation, and the seeds' spans "
+        f"overlap in the pool of {summary.get('jobs', 1)} worker processes that all seeds' jobs share "
+        f"({seed_minutes:.1f} min summed). This call: {summary['total_seconds'] / 60:.1f} min"
         + (f" (seeds {', '.join(map(str, reused_seeds))} reused from earlier calls)" if reused_seeds else "")
         + f", on {machine['cpu_count']} CPU cores ({machine['processor']}, "
         f"{machine['platform']}), Python {machine['python']}, torch {machine['torch']}"
@@ -558,9 +602,12 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
     return "\n".join(parts)
 
 
-def _short_steps(summary: Mapping[str, Any]) -> list[str]:
-    first = summary["per_seed"][str(summary["seeds"][0])]["timings_seconds"]
-    return [name.split(":")[0] for name in first]
+def _step_names(summary: Mapping[str, Any]) -> list[str]:
+    """Every seed's timed steps, in the first seed's order (seeds finish their jobs in different orders)."""
+    names: dict[str, None] = {}
+    for seed in summary["seeds"]:
+        names.update(dict.fromkeys(summary["per_seed"][str(seed)]["timings_seconds"]))
+    return list(names)
 
 
 def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -583,7 +630,11 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--output_dir", default=None, help="default: outputs/reproduce/<env_name>")
     parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (tests)")
     parser.add_argument(
-        "--jobs", type=int, default=1, help="seeds run at once, one process and one thread each"
+        "--jobs",
+        type=int,
+        default=0,
+        help="worker processes (one thread each) of the pool that runs every seed's SFT, relabel, RL and "
+        "evaluation jobs (default: the demo's jobs, 2)",
     )
     parser.add_argument(
         "--bootstrap_resamples",
@@ -608,8 +659,8 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         parser.error(str(err))
     if not seeds or len(set(seeds)) != len(seeds):
         parser.error(f"--seeds {args.seeds}: give distinct integer seeds")
-    if args.jobs < 1:
-        parser.error(f"--jobs {args.jobs}: must be >= 1")
+    if args.jobs < 0:
+        parser.error(f"--jobs {args.jobs}: must be >= 1 (0: the demo's jobs)")
     overrides = parse_demo_overrides(rest, parser, exclude=("seed", "output_dir", "env_name"))
     config = ReproduceConfig(
         seeds=seeds,
