@@ -35,6 +35,14 @@ def test_smoke_demo_produces_every_output(tmp_path):
     assert len(results) == len(TABLE_ROWS) * 3  # three DangerousTaxi stages, greedy decoding
     assert len(list((out / "eval" / "transcripts").glob("*.jsonl"))) == len(results)
     assert set(summary["timings_seconds"]) and summary["total_seconds"] > 0
+    # `demo --evaluate_only` (reproduce's evaluation job) evaluates the finished runs again: the same table
+    from reflect_trl.demo import demo_cli
+
+    (out / "summary.json").unlink()
+    again = demo_cli(["--config", str(out / "demo_config.json"), "--evaluate_only"])
+    assert _without_timings(again["results"]) == _without_timings(summary["results"])
+    assert json.loads((out / "summary.json").read_text())["results"] == again["results"]
+    assert list(again["timings_seconds"]) == ["5/5 evaluation, table and plots"]
 
 
 def _without_timings(results: list[dict]) -> list[dict]:

@@ -1,0 +1,71 @@
+"""How many RL steps (docs/experiments.md §2, fourth round): rerun one `make reproduce` seed's `rl_reflect` job with
+``--steps`` instead of the demo's ``rl_steps`` (every other argument the demo's, read from the seed's
+``demo_config.json``), then evaluate the SFT start, the seed's own ``rl_reflect`` and the shorter run greedily on 300
+`validation` episodes per stage (seed 777).
+
+    .venv/bin/python benchmarks/rl_steps.py --seed_dirs outputs/reproduce/taxi/seed_0 outputs/reproduce/taxi/seed_1 \
+        --steps 150 --output_dir outputs/bench/rl_steps_val
+
+-> ``<output_dir>/rl<steps>_seed<s>/`` (the RL run), ``<output_dir>/eval_seed<s>/results.md``. The RL runs go two at a
+time (one thread each); a step whose output exists is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # reflection_memo, when loaded from elsewhere
+
+from reflect_trl.pipeline import Job, run_jobs  # noqa: E402
+from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE  # noqa: E402
+from reflection_memo import demo_config, rl_argv  # noqa: E402
+
+
+def rl_reflect_job(seed_dir: Path, steps: int, output_dir: Path) -> Job:
+    """The seed's `rl_reflect` job as the demo built it, with ``steps`` RL steps into ``output_dir``."""
+    argv = rl_argv(seed_dir, steps, output_dir, DEFAULT_REFLECTION_CACHE_SIZE)
+    return Job(output_dir.name, "rl", argv[4:])  # without "python -m reflect_trl.cli rl"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--seed_dirs", nargs="+", required=True, help="seed folders of a `make reproduce` run"
+    )
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--output_dir", default="outputs/bench/rl_steps_val")
+    args = parser.parse_args(argv)
+    out = Path(args.output_dir)
+    seeds = {Path(d): demo_config(Path(d)).seed for d in args.seed_dirs}
+    jobs = [
+        rl_reflect_job(d, args.steps, out / f"rl{args.steps}_seed{s}")
+        for d, s in seeds.items()
+        if not (out / f"rl{args.steps}_seed{s}" / "log_history.json").is_file()
+    ]
+    run_jobs(jobs, workers=args.jobs, log_dir=out / "logs")
+    for seed_dir, seed in seeds.items():
+        runs, evaluation = seed_dir / "runs", out / f"eval_seed{seed}"
+        if (evaluation / "results.md").is_file():
+            continue
+        configurations = [
+            ("sft", runs / "sft_policy"),
+            ("rl", runs / "rl_reflect"),
+            (f"rl{args.steps}", out / f"rl{args.steps}_seed{seed}"),
+        ]
+        command = [sys.executable, "-m", "reflect_trl.cli", "--no-progress", "eval"]
+        for name, policy in configurations:
+            command += ["--policy", str(policy), "--reflection", str(runs / "sft_reflection"), "--name", name]
+        command += ["--split", "validation", "--seed", "777", "--episodes_per_stage", "300", "--decodings", "greedy",
+                    "--reflection_temperature", "0", "--reflection_max_new_tokens", "48",
+                    "--output_dir", str(evaluation)]  # fmt: skip
+        subprocess.run(command, check=True)
+
+
+if __name__ == "__main__":
+    main()

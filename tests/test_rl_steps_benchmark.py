@@ -1,0 +1,30 @@
+"""benchmarks/rl_steps.py: the shorter RL run is the seed's own ``rl_reflect`` job, changed only in steps, output
+folder and tracking."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from _benchmarks import load_benchmark
+from reflect_trl.demo import DemoConfig, demo_jobs
+
+
+def test_the_shorter_run_is_the_seeds_rl_reflect_job(tmp_path):
+    bench = load_benchmark("rl_steps")
+    seed_dir = tmp_path / "seed_2"
+    seed_dir.mkdir()
+    cfg = DemoConfig(seed=2, output_dir=str(seed_dir))
+    (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
+    job = bench.rl_reflect_job(seed_dir, 150, tmp_path / "rl150_seed2")
+    assert (job.name, job.command) == ("rl150_seed2", "rl")
+    original = next(
+        j
+        for j in demo_jobs(cfg, seed_dir / "models", seed_dir / "data" / cfg.env_name, seed_dir / "runs")
+        if j.name == "rl_reflect"
+    )
+    flags = dict(zip(job.argv[::2], job.argv[1::2], strict=True))
+    want = dict(zip(original.argv[::2], original.argv[1::2], strict=True))
+    assert {k for k in want if flags[k] != want[k]} == {"--max_steps", "--output_dir", "--report_to"}
+    assert flags["--max_steps"] == "150" and flags["--output_dir"] == str(tmp_path / "rl150_seed2")
+    assert set(flags) - set(want) == {"--reflection_cache_size"}  # the default size, spelled out
