@@ -18,3 +18,18 @@ def load_benchmark(name: str) -> ModuleType:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def demo_seed_dir(tmp_path: Path, seed: int):
+    """A seed folder as `make reproduce` leaves it, as far as the benchmarks read it (``demo_config.json``); returns
+    the folder and its :class:`~reflect_trl.demo.DemoConfig`."""
+    import json
+    from dataclasses import asdict
+
+    from reflect_trl.demo import DemoConfig
+
+    seed_dir = tmp_path / f"seed_{seed}"
+    seed_dir.mkdir()
+    cfg = DemoConfig(seed=seed, output_dir=str(seed_dir))
+    (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
+    return seed_dir, cfg

@@ -3,21 +3,15 @@ output folder, tracking and memo size."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
-
 import pytest
 
-from _benchmarks import load_benchmark
-from reflect_trl.demo import DemoConfig, demo_jobs
+from _benchmarks import demo_seed_dir, load_benchmark
+from reflect_trl.demo import demo_jobs
 
 
 def test_rl_argv_is_the_seeds_rl_reflect_command(tmp_path):
     memo = load_benchmark("reflection_memo")
-    seed_dir = tmp_path / "seed_1"
-    seed_dir.mkdir()
-    cfg = DemoConfig(seed=1, output_dir=str(seed_dir))
-    (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
+    seed_dir, cfg = demo_seed_dir(tmp_path, 1)
     argv = memo.rl_argv(seed_dir, 7, tmp_path / "out", 0)
     assert argv[1:4] == ["-m", "reflect_trl.cli", "rl"] and argv[-2:] == ["--reflection_cache_size", "0"]
     flags = dict(zip(argv[4:-2:2], argv[5:-2:2], strict=True))

@@ -3,19 +3,13 @@ folder and tracking."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
-
-from _benchmarks import load_benchmark
-from reflect_trl.demo import DemoConfig, demo_jobs
+from _benchmarks import demo_seed_dir, load_benchmark
+from reflect_trl.demo import demo_jobs
 
 
 def test_the_shorter_run_is_the_seeds_rl_reflect_job(tmp_path):
     bench = load_benchmark("rl_steps")
-    seed_dir = tmp_path / "seed_2"
-    seed_dir.mkdir()
-    cfg = DemoConfig(seed=2, output_dir=str(seed_dir))
-    (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
+    seed_dir, cfg = demo_seed_dir(tmp_path, 2)
     job = bench.rl_reflect_job(seed_dir, 150, tmp_path / "rl150_seed2")
     assert (job.name, job.command) == ("rl150_seed2", "rl")
     original = next(
