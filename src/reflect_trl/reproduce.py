@@ -380,13 +380,14 @@ def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
         jobs.append(Job(evaluation, "demo", argv, tuple(named.values()), log=log))
         seed_of.update(dict.fromkeys([*named.values(), evaluation], seed))
 
+    log_of = {job.name: job.log for job in jobs}
+
     def report(name: str, event: str, seconds: float) -> None:
         seed = seed_of[name]
         if event == "start":
             if seed in recorded:  # a seed's wall time runs from its first job (it may overlap other seeds')
                 recorded[seed].setdefault("start_time", time.time())
-            log = next(j.log for j in jobs if j.name == name)
-            say(f"{name} started (log {log})")
+            say(f"{name} started (log {log_of[name]})")
             return
         say(f"{name} done after {seconds / 60:.1f} min")
         if seed in recorded and not name.endswith(" evaluation"):
