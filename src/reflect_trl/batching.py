@@ -39,6 +39,12 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def unpad_left(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """The token lists of a left-padded batch (the inverse of :func:`left_pad`)."""
+    ids, mask = input_ids.cpu(), attention_mask.cpu().bool()
+    return [row[keep].tolist() for row, keep in zip(ids, mask, strict=True)]
+
+
 def shared_prefix_length(sequences: Sequence[Sequence[int]], min_tokens: int) -> int:
     """Length of the token prefix common to all ``sequences`` (at least 2 of them), or 0 when shorter than
     ``min_tokens``. Every sequence keeps at least one token after the prefix."""
@@ -92,4 +98,5 @@ __all__ = [
     "prefix_kv_cache",
     "prefix_layout",
     "shared_prefix_length",
+    "unpad_left",
 ]

@@ -91,8 +91,16 @@ def test_without_reflection_uses_plain_prompts(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.5])
 def test_ratio_is_exactly_one_on_first_epoch(tiny_model_dir, tmp_path, epsilon):
-    """Also with exploration: an explored turn records the policy's own log-prob of the option it took."""
-    trainer = _trainer(tiny_model_dir, tmp_path, num_iterations=2, exploration_epsilon=epsilon)
+    """Re-scored old log-probs with plain forwards: the ratio is exactly 1. Also with exploration: an explored turn
+    records the policy's own log-prob of the option it took."""
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        num_iterations=2,
+        exploration_epsilon=epsilon,
+        old_logps_from_rollout=False,
+        shared_prefix_min_tokens=0,  # a shared prefix depends on the micro-batch's rows: equal up to rounding
+    )
     trainer.model.train()
     chunk = trainer._prepare_inputs([{}] * 8)  # GRPO's buffering: generate, shuffle, split
     scores = trainer._score_options(
@@ -104,11 +112,80 @@ def test_ratio_is_exactly_one_on_first_epoch(tiny_model_dir, tmp_path, epsilon):
 
 
 def test_restricted_logps_match_rollout_sampling(tiny_model_dir, tmp_path):
-    trainer = _trainer(tiny_model_dir, tmp_path)
+    trainer = _trainer(tiny_model_dir, tmp_path, old_logps_from_rollout=False)
     trainer.model.train()
     trainer._generate_and_score_completions([{}] * 8)
     gap = trainer._metrics["train"]["rollout/logp_gap_max"][-1]
     assert gap < 1e-4
+
+
+def test_reference_logps_memo_answers_turns_seen_before(tiny_model_dir, tmp_path):
+    """With beta > 0 the reference log-probs of a turn scored before come from the memo: the second scoring of the
+    same batch runs no reference forward and gives the same values, which equal a full scoring."""
+    trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, beta=0.05)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([{}] * 8)
+    assert trainer.ref_memo is not None and len(trainer.ref_memo) > 0
+    assert "rollout/ref_memo_hit_rate" in trainer._metrics["train"]
+    with torch.no_grad():
+        full = trainer._score_batched(trainer.ref_model, batch)
+    torch.testing.assert_close(batch["ref_logps"], full, rtol=0, atol=1e-5)
+    calls = []
+    hook = trainer.ref_model.register_forward_pre_hook(lambda *_: calls.append(1))
+    rows = batch["anchor_mask"] == 0
+    with torch.no_grad():
+        again = trainer._reference_logps(batch, rows, batch["old_logps"])
+    hook.remove()
+    assert calls == [] and torch.equal(again, batch["ref_logps"])
+    # one unseen option in row 0: only it is scored
+    changed = dict(batch, option=batch["option"].clone())
+    changed["option"][0] = (changed["option"][0] + 1) % changed["num_options"][0]
+    with torch.no_grad():
+        mixed = trainer._reference_logps(changed, rows, batch["old_logps"])
+        want = trainer._score_batched(trainer.ref_model, changed)
+    torch.testing.assert_close(mixed, want, rtol=0, atol=1e-5)
+    off = _trainer(tiny_model_dir, tmp_path / "off", reflection=False, beta=0.05, ref_logps_memo_size=0)
+    assert off.ref_memo is None
+    with pytest.raises(ValueError, match="ref_logps_memo_size must be >= 0"):
+        ReflectPPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, ref_logps_memo_size=-1)
+
+
+def test_old_logps_from_rollout_skip_the_scoring_forward(tiny_model_dir, tmp_path):
+    """By default the old log-probs of sampled turns are the rollout's own (no scoring forward runs after the
+    rollout); they equal a re-scoring up to rounding, so the first-epoch ratio is 1 within 1e-4. Stored rows (the
+    SFT anchor) have no sampling log-prob and are scored."""
+    rows = write_policy_rows(tmp_path / "policy.jsonl", n=6)
+    for anchor_rows in (0, 3):
+        extra = (
+            dict(sft_anchor_data=str(tmp_path / "policy.jsonl"), sft_anchor_coef=1.0) if anchor_rows else {}
+        )
+        trainer = _trainer(
+            tiny_model_dir, tmp_path, reflection=False, sft_anchor_samples=max(anchor_rows, 1), **extra
+        )
+        trainer.model.train()
+        engine = trainer._rollout_engine(trainer.model)
+        real_run, calls = engine.run, []
+
+        def run_then_count(*args, _run=real_run, _calls=calls, _model=trainer.model):
+            episodes = _run(*args)
+            _calls.append(0)
+            hook = _model.register_forward_pre_hook(lambda *_: _calls.__setitem__(0, _calls[0] + 1))
+            _calls.append(hook)
+            return episodes
+
+        engine.run = run_then_count
+        batch = trainer._generate_and_score_completions([{}] * 8)
+        calls[1].remove()
+        assert "rollout/logp_gap_max" not in trainer._metrics["train"]
+        anchor = batch["anchor_mask"] == 1
+        assert anchor.sum().item() == anchor_rows
+        assert not torch.isnan(batch["old_logps"]).any()
+        # no forward for the sampled turns; the anchor rows are scored (one prefix + one suffix forward or one plain)
+        assert (calls[0] == 0) == (anchor_rows == 0)
+        with torch.no_grad():
+            rescored = trainer._score_batched(trainer.model, batch)
+        torch.testing.assert_close(batch["old_logps"], rescored, rtol=0, atol=1e-4)
+    assert rows
 
 
 def test_curriculum_stage_advances_and_is_logged(tiny_model_dir, tmp_path):
@@ -195,6 +272,7 @@ def test_resume_reproduces_uninterrupted_run(
         replay_samples=2,
         task_sampling=task_sampling,
         reflection_temperature=reflection_temperature,  # 0: greedy reflections through the memo, saved with the run
+        beta=0.05,  # the reference log-probs memo is saved with the run too
     )
     if anchor:  # the SFT anchor's draws continue where the checkpoint left them
         write_policy_rows(tmp_path / "policy.jsonl", n=12)
@@ -223,6 +301,7 @@ def test_resume_reproduces_uninterrupted_run(
     resumed.train(resume_from_checkpoint=str(ckpt))
     if reflection_temperature == 0.0:  # the memo came back with the checkpoint, not empty
         assert len(resumed.reflection) > 0 and resumed._memo_counts[1] > 0
+    assert len(resumed.ref_memo) > 0
     got = [h for h in resumed.state.log_history if "loss" in h and h["step"] > 2]
     want = [h for h in expected if h["step"] > 2]
     assert len(got) == len(want) == 2

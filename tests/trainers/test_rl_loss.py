@@ -316,3 +316,66 @@ def test_moe_router_loss_is_added(tiny_model_dir, tmp_path):
     expected = hand_objective(logp, entropy, batch) + 0.02 * aux
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
     assert trainer._metrics["train"]["aux_loss"]
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_model_dir", "tiny_llama_dir"])
+def test_shared_prefix_forward_gives_the_plain_forwards_loss_and_gradients(model_fixture, request, tmp_path):
+    """The loss forward encodes the turn prompts' common prefix once (batch size 1) and runs only the suffixes at
+    full batch size: the model sees shorter inputs, and the loss, its gradients and the old / reference log-probs
+    equal those of plain left-padded forwards (``shared_prefix_min_tokens=0``) up to float rounding."""
+    model_dir = request.getfixturevalue(model_fixture)
+    results = {}
+    for min_tokens in (16, 0):
+        trainer = make_trainer(
+            model_dir, tmp_path / str(min_tokens), beta=0.1, shared_prefix_min_tokens=min_tokens
+        )
+        trainer.model.train()
+        batch = hand_batch(trainer._tokenizer, n_rows=6, n_real=6, seed=7)
+        widths: list[int] = []
+        hook = trainer.model.register_forward_pre_hook(
+            lambda _m, args, kwargs, _w=widths: _w.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+        )
+        with torch.no_grad():
+            old = trainer._score_batched(trainer.model, batch)
+        batch["ref_logps"] = old - 0.1
+        trainer._set_window_counts([[batch]])
+        loss = trainer.compute_loss(trainer.model, batch)
+        hook.remove()
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        results[min_tokens] = (widths, old, loss.detach(), grads)
+    (
+        (shared_widths, shared_old, shared_loss, shared_grads),
+        (plain_widths, plain_old, plain_loss, plain_grads),
+    ) = (
+        results[16],
+        results[0],
+    )
+    full_width = batch["prompt_ids"].shape[1]
+    assert set(plain_widths) == {full_width}
+    # per scoring: one batch-1 prefix forward, then one suffix forward of (much) fewer columns
+    assert len(shared_widths) == 2 * len(plain_widths)
+    prefix_width, suffix_width = shared_widths[0], shared_widths[1]
+    assert prefix_width >= 16 and suffix_width + prefix_width <= full_width
+    torch.testing.assert_close(shared_old, plain_old, rtol=1e-5, atol=1e-5)
+    assert shared_loss.item() == pytest.approx(plain_loss.item(), rel=1e-5, abs=1e-6)
+    for g, w in zip(shared_grads, plain_grads, strict=True):
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_shared_prefix_is_off_with_gradient_checkpointing(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path, gradient_checkpointing=True)
+    trainer.model.train()
+    batch = hand_batch(trainer._tokenizer, n_rows=4, n_real=4, seed=8)
+    assert (
+        trainer._shared_prefix_forward(trainer.model, batch["prompt_ids"], batch["prompt_mask"], False)
+        is None
+    )
+    with torch.no_grad():  # no gradients: the cache is kept, the prefix is shared
+        assert (
+            trainer._shared_prefix_forward(trainer.model, batch["prompt_ids"], batch["prompt_mask"], False)
+            is not None
+        )
+    with pytest.raises(ValueError, match="shared_prefix_min_tokens must be >= 0"):
+        ReflectPPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, shared_prefix_min_tokens=-1)

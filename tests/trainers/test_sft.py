@@ -376,3 +376,45 @@ def test_run_sft_cli_trains_saves_and_writes_metrics(toy, tmp_path):
     with pytest.raises(ValueError, match="differ from the labels"):
         run_sft_cli(["--model_name_or_path", toy["model"], "--dataset_path", str(data_file),
                      "--output_dir", str(tmp_path / "bad"), "--option_labels", "12345", "--use_cpu"])  # fmt: skip
+
+
+@pytest.mark.parametrize("dataset", ["reflection", "policy_reflect"])
+def test_shared_prompt_prefix_gives_the_plain_loss_and_gradients(toy, tmp_path, dataset):
+    """The batch's common prompt prefix is encoded once and only the suffixes run at full batch size: the model sees
+    narrower inputs, and the loss and gradients equal those of the plain batch (``shared_prefix_min_tokens=0``)."""
+    data = toy["data"][dataset]["train"]
+    results = {}
+    for min_tokens in (8, 0):
+        trainer = ReflectSFTTrainer(
+            model=toy["model"],
+            args=sft_args(
+                tmp_path / str(min_tokens),
+                shared_prefix_min_tokens=min_tokens,
+                role="reflection" if dataset == "reflection" else "policy",
+            ),
+            train_dataset=data,
+            processing_class=tokenizer_of(toy["model"]),
+        )
+        batch = next(iter(trainer.get_train_dataloader()))
+        widths: list[int] = []
+        hook = trainer.model.register_forward_pre_hook(
+            lambda _m, args, kwargs, _w=widths: _w.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+        )
+        trainer.model.eval()  # no dropout: both forwards are deterministic (gradients still flow)
+        loss = trainer.compute_loss(trainer.model, dict(batch))
+        hook.remove()
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        results[min_tokens] = (widths, loss.detach(), torch.autograd.grad(loss, params, allow_unused=True))
+        width = batch["input_ids"].shape[1]
+    (shared_widths, shared_loss, shared_grads), (plain_widths, plain_loss, plain_grads) = (
+        results[8],
+        results[0],
+    )
+    assert plain_widths == [width]
+    assert len(shared_widths) == 2 and shared_widths[0] >= 8 and sum(shared_widths) == width
+    assert shared_loss.item() == pytest.approx(plain_loss.item(), rel=1e-5)
+    for g, w in zip(shared_grads, plain_grads, strict=True):
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="shared_prefix_min_tokens must be >= 0"):
+        sft_args(tmp_path, shared_prefix_min_tokens=-1)

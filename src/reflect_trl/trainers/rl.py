@@ -42,7 +42,14 @@ from trl.trainer.utils import use_adapter
 
 from reflect_trl import rl_math
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
-from reflect_trl.batching import left_pad, position_ids_from_mask
+from reflect_trl.batching import (
+    left_pad,
+    position_ids_from_mask,
+    prefix_kv_cache,
+    prefix_layout,
+    shared_prefix_length,
+    unpad_left,
+)
 from reflect_trl.curriculum import Curriculum, FailurePriorities
 from reflect_trl.envs import Task, TextEnv, get_env_class, make_env
 from reflect_trl.prompts import resolve_option_labels, write_option_labels
@@ -54,6 +61,7 @@ from reflect_trl.rollout import Episode, PolicyActor, RolloutEngine, episode_met
 from reflect_trl.seeding import derive_seed
 from reflect_trl.sft_anchor import AnchorSampler, load_anchor_rows
 from reflect_trl.trainers.paper import REFLECT_RL_PAPER
+from reflect_trl.trainers.ref_logps_memo import RefLogpsMemo, turn_key
 from reflect_trl.trainers.rl_config import ReflectPPOConfig
 
 STATE_FILE = "reflect_state_rank{rank}.pt"
@@ -232,6 +240,11 @@ class ReflectPPOTrainer(GRPOTrainer):
             }
         self._rollouts = 0
         self._memo_counts = (0, 0)  # reflection memo (hits, lookups) at the last logged rollout
+        # reference log-probs of turns seen before (the reference is frozen unless sync_ref_model)
+        self.ref_memo: RefLogpsMemo | None = None
+        if self.beta != 0.0 and args.ref_logps_memo_size > 0 and not args.sync_ref_model:
+            self.ref_memo = RefLogpsMemo(args.ref_logps_memo_size)
+        self._ref_memo_counts = (0, 0)
         self._engine: RolloutEngine | None = None
 
     def _check_state_keys(self, task: Task) -> None:
@@ -259,6 +272,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             self.temperature,
             greedy=False,
             value_fn=value_fn,
+            shared_prefix_min_tokens=self.args.shared_prefix_min_tokens,
             exploration_epsilon=self.args.exploration_epsilon,
         )
         if self._engine is None:
@@ -427,28 +441,66 @@ class ReflectPPOTrainer(GRPOTrainer):
             "anchor_mask": column("anchor"),
             "stage_index": torch.tensor(float(stage_index), device=device),
         }
+        sampling = column("sampling_logp")
         with torch.no_grad():
-            # Old log-probs with exactly the computation the loss uses: the PPO ratio is 1 on the first epoch.
-            batch["old_logps"] = self._score_batched(self.model, batch)
+            if self.args.old_logps_from_rollout:
+                # pi_old(a|s) of a sampled turn is the log-prob the rollout drew it with (same weights, another
+                # batching: equal up to float rounding); only stored turns (replay, SFT anchor: NaN) are scored.
+                stored = torch.isnan(sampling)
+                batch["old_logps"] = (
+                    self._score_batched(self.model, batch, stored, sampling)
+                    if stored.any()
+                    else sampling.clone()
+                )
+            else:
+                # Old log-probs with exactly the computation the loss uses: the PPO ratio is 1 on the first epoch.
+                batch["old_logps"] = self._score_batched(self.model, batch)
             if self.beta != 0.0:
                 # the KL term covers the RL turns: anchor rows are not scored (they keep their old log-prob)
                 rl_rows, old = batch["anchor_mask"] == 0, batch["old_logps"]
-                if self.ref_model is not None:
-                    batch["ref_logps"] = self._score_batched(self.ref_model, batch, rl_rows, old)
-                else:
-                    unwrapped = self.accelerator.unwrap_model(self.model)
-                    with use_adapter(
-                        unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None
-                    ):
-                        batch["ref_logps"] = self._score_batched(self.model, batch, rl_rows, old)
-        sampling = column("sampling_logp")
-        on_policy = ~torch.isnan(sampling) & (batch["turn_mask"] > 0)
-        gap = (sampling - batch["old_logps"]).abs().masked_fill(~on_policy, 0.0).max()
-        self._metrics[mode]["rollout/logp_gap_max"].append(self.accelerator.gather(gap).max().item())
+                batch["ref_logps"] = self._reference_logps(batch, rl_rows, old)
+                if self.ref_memo is not None:
+                    hits, lookups = self.ref_memo.hits, self.ref_memo.lookups
+                    self._metrics[mode]["rollout/ref_memo_hit_rate"].append(
+                        (hits - self._ref_memo_counts[0]) / max(lookups - self._ref_memo_counts[1], 1)
+                    )
+                    self._ref_memo_counts = (hits, lookups)
+        if not self.args.old_logps_from_rollout:
+            on_policy = ~torch.isnan(sampling) & (batch["turn_mask"] > 0)
+            gap = (sampling - batch["old_logps"]).abs().masked_fill(~on_policy, 0.0).max()
+            self._metrics[mode]["rollout/logp_gap_max"].append(self.accelerator.gather(gap).max().item())
 
         self._log_rollout(mode, stage, episodes, rollout_seconds, n_real)
         self._rollouts += 1
         return batch
+
+    def _reference_logps(self, batch: dict[str, Any], rows: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+        """log pi_ref of the chosen options of ``rows`` (the others keep ``fill``): from the memo for turns scored
+        before (``ref_logps_memo_size``), else one forward of the reference (the frozen copy, or the policy with its
+        adapter off / on the ``ref`` adapter)."""
+        known, misses = fill.clone(), {}
+        need = rows.clone()
+        if self.ref_memo is not None:
+            sequences = unpad_left(batch["prompt_ids"], batch["prompt_mask"])
+            options, offered = batch["option"].tolist(), batch["num_options"].tolist()
+            for i in rows.nonzero().flatten().tolist():
+                key = turn_key(sequences[i], options[i], offered[i])
+                value = self.ref_memo.get(key)
+                if value is None:
+                    misses[i] = key
+                else:
+                    known[i], need[i] = value, False
+        if not need.any():
+            return known
+        if self.ref_model is not None:
+            scored = self._score_batched(self.ref_model, batch, need, known)
+        else:
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            with use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None):
+                scored = self._score_batched(self.model, batch, need, known)
+        for i, key in misses.items():
+            self.ref_memo.put(key, float(scored[i]))
+        return scored
 
     def _stop_on_server_failure(self, failure: ReflectionServerError | None, task_rng_state: Any) -> None:
         """If the reflection server failed on any process, every process writes the checkpoint of the last finished
@@ -597,15 +649,17 @@ class ReflectPPOTrainer(GRPOTrainer):
         offered ones (the option-restricted head), the value head's estimate and the MoE router loss if enabled."""
         extra = {"output_router_logits": True} if self.aux_loss_enabled else {}
         with self.accelerator.autocast():
-            out = model(
-                input_ids=prompt_ids,
-                attention_mask=prompt_mask,
-                position_ids=position_ids_from_mask(prompt_mask),
-                logits_to_keep=1,
-                use_cache=False,
-                output_hidden_states=with_values,
-                **extra,
-            )
+            out = self._shared_prefix_forward(model, prompt_ids, prompt_mask, with_values)
+            if out is None:
+                out = model(
+                    input_ids=prompt_ids,
+                    attention_mask=prompt_mask,
+                    position_ids=position_ids_from_mask(prompt_mask),
+                    logits_to_keep=1,
+                    use_cache=False,
+                    output_hidden_states=with_values,
+                    **extra,
+                )
         label_logits = out.logits[:, -1, :].index_select(-1, self.option_head.label_ids.to(out.logits.device))
         table = masked_log_probs(label_logits, num_options, self.temperature)
         logp = table.gather(-1, option[:, None]).squeeze(-1)
@@ -615,6 +669,41 @@ class ReflectPPOTrainer(GRPOTrainer):
             values = self.value_head(out.hidden_states[-1][:, -1, :].detach().float()).squeeze(-1)
         aux = getattr(out, "aux_loss", None) if self.aux_loss_enabled else None
         return OptionScores(logp, entropy_from_log_probs(table), values, aux)
+
+    def _shared_prefix_forward(
+        self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, with_values: bool
+    ):
+        """The last-position forward with the prompts' common token prefix encoded once (batch size 1, gradients
+        flow through it) and reused from its KV cache by every row (``batching.prefix_kv_cache``); ``None`` when
+        the prefix is shorter than ``shared_prefix_min_tokens`` or the model cannot take it (gradient checkpointing
+        drops the cache, MoE router losses would miss the prefix tokens)."""
+        if self.args.shared_prefix_min_tokens <= 0 or self.aux_loss_enabled or prompt_ids.shape[0] < 2:
+            return None
+        args = self.args
+        checkpointing = (
+            getattr(args, "activation_checkpointing", None)
+            or args.gradient_checkpointing
+            or getattr(self.accelerator.unwrap_model(model), "is_gradient_checkpointing", False)
+        )
+        if checkpointing and torch.is_grad_enabled():
+            return None
+        sequences = unpad_left(prompt_ids, prompt_mask)
+        prefix = shared_prefix_length(sequences, self.args.shared_prefix_min_tokens)
+        if not prefix:
+            return None
+        input_ids, attention_mask = prefix_layout(sequences, prefix, self._tokenizer.pad_token_id)
+        input_ids, attention_mask = input_ids.to(prompt_ids.device), attention_mask.to(prompt_ids.device)
+        position_ids = position_ids_from_mask(attention_mask)
+        cache = prefix_kv_cache(model, sequences[0][:prefix], len(sequences))
+        return model(
+            input_ids=input_ids[:, prefix:],
+            attention_mask=attention_mask,
+            position_ids=position_ids[:, prefix:],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            output_hidden_states=with_values,
+        )
 
     def _score_batched(
         self, model, batch: dict[str, Any], rows: torch.Tensor | None = None, fill: torch.Tensor | None = None
@@ -748,6 +837,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             "reflection_memo": self.reflection.state_dict()
             if isinstance(self.reflection, CachedReflectionPlayer)
             else None,
+            "ref_logps_memo": self.ref_memo.state_dict() if self.ref_memo is not None else None,
         }
 
     def _save_checkpoint(self, model, trial):
@@ -782,6 +872,9 @@ class ReflectPPOTrainer(GRPOTrainer):
             self.reflection.load_state_dict(state["reflection_memo"])
             # every rollout logs its hit rate, so the last logged counts are the memo's own at a checkpoint
             self._memo_counts = (self.reflection.hits, self.reflection.lookups)
+        if self.ref_memo is not None and state.get("ref_logps_memo") is not None:
+            self.ref_memo.load_state_dict(state["ref_logps_memo"])
+            self._ref_memo_counts = (self.ref_memo.hits, self.ref_memo.lookups)
         if self.value_head is not None:
             self.value_head.load_state_dict(torch.load(Path(checkpoint) / VALUE_HEAD_FILE, weights_only=True))
 

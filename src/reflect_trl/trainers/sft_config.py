@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import SFTConfig
 
+from reflect_trl.batching import DEFAULT_SHARED_PREFIX_MIN_TOKENS
 from reflect_trl.config_lists import parse_list
 from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels
 
@@ -59,6 +60,15 @@ class ReflectSFTConfig(SFTConfig):
     reflection_do_sample: bool = field(
         default=False, metadata={"help": "Sample eval reflections (default: greedy decoding)."}
     )
+    shared_prefix_min_tokens: int = field(
+        default=DEFAULT_SHARED_PREFIX_MIN_TOKENS,
+        metadata={
+            "help": "Rows of a batch whose prompts share at least this many leading tokens (none of them trained) "
+            "have that prefix encoded once at batch size 1 and reused from its KV cache by every row: the same loss "
+            "and gradients up to float rounding (with dropout, the prefix's dropout mask is shared by the rows), less compute. 0 disables it; it is off with activation "
+            "checkpointing, padding-free batches and MoE router losses."
+        },
+    )
     gradient_checkpointing: bool | None = field(
         default=None, metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5.24)."}
     )
@@ -83,6 +93,10 @@ class ReflectSFTConfig(SFTConfig):
             if self.warmup_steps:
                 raise ValueError("set either warmup_steps or warmup_ratio, not both")
             self.warmup_steps = self.warmup_ratio
+        if self.shared_prefix_min_tokens < 0:
+            raise ValueError(
+                f"shared_prefix_min_tokens must be >= 0 (0 disables it), got {self.shared_prefix_min_tokens}"
+            )
         if self.reflection_max_new_tokens < 1:
             raise ValueError(f"reflection_max_new_tokens must be >= 1, got {self.reflection_max_new_tokens}")
         labels = parse_option_labels(self.option_labels)

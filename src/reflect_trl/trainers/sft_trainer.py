@@ -20,11 +20,13 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
 from trl import SFTConfig, SFTTrainer
 
+from reflect_trl.batching import prefix_kv_cache, shared_prefix_length
 from reflect_trl.datasets_io import DatasetFormatError
 from reflect_trl.prompts import write_option_labels
 from reflect_trl.reflection.model import ReflectionModel
@@ -106,6 +108,57 @@ class ReflectSFTTrainer(SFTTrainer):
                 "curriculum order: %s",
                 {s: len(g) for s, g in zip(sampler.stages, sampler.groups, strict=True)},
             )
+
+    # -- the loss ---------------------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """SFTTrainer's loss, with the batch's shared prompt prefix encoded once (:meth:`_share_prompt_prefix`)."""
+        return super().compute_loss(
+            model, self._share_prompt_prefix(model, inputs), return_outputs, num_items_in_batch
+        )
+
+    def _share_prompt_prefix(self, model, inputs: dict[str, Any]) -> dict[str, Any]:
+        """``inputs`` with the rows' common leading tokens moved into a KV cache computed by one batch-1 forward
+        (gradients flow through it): the model then runs only the suffixes at full batch size, with positions and
+        attention of the whole rows. Returned unchanged when the prefix is shorter than ``shared_prefix_min_tokens``,
+        would hold a trained token, or the batch is not right-padded with an attention mask (padding-free)."""
+        args = self.args
+        ids, mask, labels = inputs.get("input_ids"), inputs.get("attention_mask"), inputs.get("labels")
+        checkpointing = getattr(args, "activation_checkpointing", None) or getattr(
+            args, "gradient_checkpointing", None
+        )
+        if (
+            args.shared_prefix_min_tokens <= 0
+            or ids is None
+            or mask is None
+            or labels is None
+            or "position_ids" in inputs
+            or "cache" in inputs
+            or ids.shape[0] < 2
+            or (checkpointing and torch.is_grad_enabled())
+            or getattr(self, "aux_loss_enabled", False)
+        ):
+            return inputs
+        lengths = mask.sum(-1)
+        columns = torch.arange(ids.shape[1], device=ids.device)
+        if not bool((mask.bool() == (columns[None, :] < lengths[:, None])).all()):
+            return inputs  # not right-padded
+        sequences = [row[:n].tolist() for row, n in zip(ids.cpu(), lengths.tolist(), strict=True)]
+        prefix = shared_prefix_length(sequences, args.shared_prefix_min_tokens)
+        trained = (labels != -100).any(0).nonzero()
+        if trained.numel():
+            # the label at column ``prefix`` is predicted from the prefix's last position, which the suffix lacks
+            prefix = min(prefix, int(trained[0].item()) - 1)
+        if prefix < args.shared_prefix_min_tokens:
+            return inputs
+        cache = prefix_kv_cache(model, sequences[0][:prefix], len(sequences))
+        positions = columns[prefix:].expand(ids.shape[0], -1)
+        return {
+            **inputs,
+            "input_ids": ids[:, prefix:],
+            "labels": labels[:, prefix:],
+            "position_ids": positions,
+            "cache": cache,
+        }
 
     # -- data ------------------------------------------------------------------------------------------------
     def _warn_dropped_rows(self) -> None:
