@@ -120,27 +120,22 @@ class ReflectPPOConfig(GRPOConfig):
     ref_logps_memo_size: int = field(
         default=DEFAULT_REF_LOGPS_MEMO_SIZE,
         metadata={
-            "help": "With beta > 0: remember the reference log-probs of up to this many turns (prompt, option), so "
-            "a turn seen before needs no reference forward (reflect_trl.trainers.ref_logps_memo; off with "
-            "sync_ref_model). 0 disables the memo."
+            "help": "Reference log-probs of up to this many turns kept: a repeated turn needs no reference "
+            "forward (0: off)."
         },
     )
     old_logps_from_rollout: bool = field(
         default=True,
         metadata={
-            "help": "Take the PPO old log-probs of sampled turns from the rollout's own forward (same weights; "
-            "equal to a re-scoring up to float rounding, so the first-epoch ratio is 1 +- ~1e-6) instead of one "
-            "more forward over the batch. False re-scores with the loss's computation (ratio exactly 1 with "
-            "shared_prefix_min_tokens=0) and logs rollout/logp_gap_max, the largest difference between the two."
+            "help": "Old log-probs from the rollout's forward; False re-scores them (logs "
+            "rollout/logp_gap_max)."
         },
     )
     shared_prefix_min_tokens: int = field(
         default=DEFAULT_SHARED_PREFIX_MIN_TOKENS,
         metadata={
-            "help": "Policy forwards (rollout, old / reference log-probs, the loss): prompts of a micro-batch that "
-            "share at least this many leading tokens have that prefix encoded once at batch size 1 and reused from "
-            "its KV cache by every row (same log-probs and gradients up to float rounding, a quarter to a third less compute on "
-            "DangerousTaxi). 0 disables it; it is off with gradient checkpointing and MoE router losses."
+            "help": "Encode the prompts' common prefix (>= this many tokens) once per policy forward "
+            "(0: off)."
         },
     )
     reflection_load_in_8bit: bool = field(
