@@ -91,12 +91,35 @@ def prefix_kv_cache(model, prefix_ids: Sequence[int], batch_size: int, static_le
     return cache
 
 
+def shared_prefix_forward(
+    model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int, **kwargs
+):
+    """One forward of ``model`` over ``sequences`` whose first ``prefix_length`` tokens are common: the prefix is
+    encoded once at batch size 1 (:func:`prefix_kv_cache`; gradients flow through it when enabled) and only the
+    left-padded suffixes run at full batch size, with the positions and attention of the whole rows. ``kwargs`` go to
+    the suffix forward (e.g. ``logits_to_keep``, ``output_hidden_states``)."""
+    device = next(model.parameters()).device
+    input_ids, attention_mask = prefix_layout(sequences, prefix_length, pad_id)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    position_ids = position_ids_from_mask(attention_mask)
+    cache = prefix_kv_cache(model, sequences[0][:prefix_length], len(sequences))
+    return model(
+        input_ids=input_ids[:, prefix_length:],
+        attention_mask=attention_mask,
+        position_ids=position_ids[:, prefix_length:],
+        cache=cache,
+        use_cache=True,
+        **kwargs,
+    )
+
+
 __all__ = [
     "DEFAULT_SHARED_PREFIX_MIN_TOKENS",
     "left_pad",
     "position_ids_from_mask",
     "prefix_kv_cache",
     "prefix_layout",
+    "shared_prefix_forward",
     "shared_prefix_length",
     "unpad_left",
 ]

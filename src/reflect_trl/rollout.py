@@ -29,8 +29,7 @@ from reflect_trl.batching import (
     DEFAULT_SHARED_PREFIX_MIN_TOKENS,
     left_pad,
     position_ids_from_mask,
-    prefix_kv_cache,
-    prefix_layout,
+    shared_prefix_forward,
     shared_prefix_length,
 )
 from reflect_trl.envs import Task, TextEnv, make_env
@@ -209,21 +208,11 @@ class PolicyActor:
     def _last_position_outputs(self, prompt_ids: Sequence[Sequence[int]], want_hidden: bool):
         """One forward over the batch keeping only the last position (shared prefix encoded once)."""
         prefix = shared_prefix_length(prompt_ids, self.shared_prefix_min_tokens)
-        if prefix and self.model in _PREFIX_REJECTED:
-            prefix = 0
-        input_ids, attention_mask = prefix_layout(prompt_ids, prefix, self.tokenizer.pad_token_id)
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        position_ids = position_ids_from_mask(attention_mask)
-        common = dict(attention_mask=attention_mask, logits_to_keep=1, output_hidden_states=want_hidden)
-        if prefix:
+        common = dict(logits_to_keep=1, output_hidden_states=want_hidden)
+        if prefix and self.model not in _PREFIX_REJECTED:
             try:
-                cache = prefix_kv_cache(self.model, prompt_ids[0][:prefix], len(prompt_ids))
-                return self.model(
-                    input_ids=input_ids[:, prefix:],
-                    position_ids=position_ids[:, prefix:],
-                    cache=cache,
-                    use_cache=True,
-                    **common,
+                return shared_prefix_forward(
+                    self.model, prompt_ids, prefix, self.tokenizer.pad_token_id, **common
                 )
             except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
                 logger.warning(
@@ -233,11 +222,15 @@ class PolicyActor:
                     exc,
                 )
                 _PREFIX_REJECTED[self.model] = True
-                input_ids, attention_mask = left_pad(prompt_ids, self.tokenizer.pad_token_id)
-                input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-                position_ids = position_ids_from_mask(attention_mask)
-                common["attention_mask"] = attention_mask
-        return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False, **common)
+        input_ids, attention_mask = left_pad(prompt_ids, self.tokenizer.pad_token_id)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+            **common,
+        )
 
     @torch.no_grad()
     def act(

@@ -45,8 +45,7 @@ from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_l
 from reflect_trl.batching import (
     left_pad,
     position_ids_from_mask,
-    prefix_kv_cache,
-    prefix_layout,
+    shared_prefix_forward,
     shared_prefix_length,
     unpad_left,
 )
@@ -674,7 +673,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, with_values: bool
     ):
         """The last-position forward with the prompts' common token prefix encoded once (batch size 1, gradients
-        flow through it) and reused from its KV cache by every row (``batching.prefix_kv_cache``); ``None`` when
+        flow through it) and reused from its KV cache by every row (``batching.shared_prefix_forward``); ``None`` when
         the prefix is shorter than ``shared_prefix_min_tokens`` or the model cannot take it (gradient checkpointing
         drops the cache, MoE router losses would miss the prefix tokens)."""
         if self.args.shared_prefix_min_tokens <= 0 or self.aux_loss_enabled or prompt_ids.shape[0] < 2:
@@ -691,16 +690,11 @@ class ReflectPPOTrainer(GRPOTrainer):
         prefix = shared_prefix_length(sequences, self.args.shared_prefix_min_tokens)
         if not prefix:
             return None
-        input_ids, attention_mask = prefix_layout(sequences, prefix, self._tokenizer.pad_token_id)
-        input_ids, attention_mask = input_ids.to(prompt_ids.device), attention_mask.to(prompt_ids.device)
-        position_ids = position_ids_from_mask(attention_mask)
-        cache = prefix_kv_cache(model, sequences[0][:prefix], len(sequences))
-        return model(
-            input_ids=input_ids[:, prefix:],
-            attention_mask=attention_mask,
-            position_ids=position_ids[:, prefix:],
-            cache=cache,
-            use_cache=True,
+        return shared_prefix_forward(
+            model,
+            sequences,
+            prefix,
+            self._tokenizer.pad_token_id,
             logits_to_keep=1,
             output_hidden_states=with_values,
         )
