@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -148,7 +149,9 @@ def sft_forwards(
         result["settings"][name] = {
             "loss_forward_backward_ms": 1000 * _median_seconds(loss_backward, repeats)
         }
-        result["tokens_per_row_mean"] = float(batch["attention_mask"].sum(-1).float().mean())
+    result["tokens_per_row_mean"] = float(
+        batch["attention_mask"].sum(-1).float().mean()
+    )  # the same batch in both
     result["loss_diff"] = abs(losses["shared prefix"] - losses["plain"])
     return result
 
@@ -172,7 +175,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     scratch = out.parent / "training_forwards_scratch"
     report = {
         "machine": {
-            "cpu_count": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
             "platform": platform.platform(),
             "torch": torch.__version__,
         },
