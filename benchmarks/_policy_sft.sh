@@ -1,4 +1,5 @@
-# Sourced by the policy probe scripts: the demo's policy SFT settings and the probes' greedy
+# Sourced by the policy probe scripts: the demo's policy SFT settings (at lr 3e-3, the Reflect chain's rate before
+# the demo moved every policy SFT to 1e-3; pass --learning_rate 1e-3 for today's) and the probes' greedy
 # `validation` evaluation (300 episodes per stage, seed 777). Each step is skipped when its output exists.
 
 policy_sft() {  # OUT NAME BASE DATA [more `reflect-trl sft` flags, e.g. --max_steps 2000 --warmup_steps 60; a

@@ -283,28 +283,29 @@ def test_a_policy_preset_gives_the_policies_their_own_base_model_and_learning_ra
         return job.argv[job.argv.index(f"--{name}") + 1]
 
     for name, (_, role, _) in SFT_RUNS.items():
-        # the w/o-negatives and plain policies keep their own rates (sft_run_learning_rates, 1e-3 by default)
-        policy_lr = "0.001" if name in ("sft_policy_positive", "sft_plain") else "0.0003"
-        expected = (policy_base, policy_lr) if role == "policy" else (base, str(cfg.sft_learning_rate))
+        expected = (policy_base, "0.0003") if role == "policy" else (base, str(cfg.sft_learning_rate))
         assert (flag(jobs[name], "model_name_or_path"), flag(jobs[name], "learning_rate")) == tuple(
             map(str, expected)
         ), name
-    # without rates of their own, every policy run takes the policies' rate; a reflection run can have its own
-    shared = replace(cfg, sft_run_learning_rates={"sft_reflection_positive": 2e-3})
+    # a run of either role can have its own rate
+    shared = replace(cfg, sft_run_learning_rates={"sft_reflection_positive": 2e-3, "sft_plain": 1e-2})
     runs = {j.name: j for j in demo_jobs(shared, base, tmp_path / "data", tmp_path / "runs")}
     assert {n: flag(runs[n], "learning_rate") for n in SFT_RUNS} == {
         "sft_reflection": str(cfg.sft_learning_rate),
         "sft_reflection_positive": "0.002",
         "sft_policy": "0.0003",
         "sft_policy_positive": "0.0003",
-        "sft_plain": "0.0003",
+        "sft_plain": "0.01",
     }
-    # one preset for both players: one base model, and the policies' learning rate is sft_learning_rate
+    # one preset for both players: one base model; by default every policy SFT run at sft_policy_learning_rate 1e-3
     same = DemoConfig(model_preset="nano", policy_preset="nano")
     assert base_models(same, tmp_path / "one")[1] is None
     plain = {j.name: j for j in demo_jobs(DemoConfig(), base, tmp_path / "data", tmp_path / "runs")}
     assert flag(plain["sft_policy"], "model_name_or_path") == str(base)
-    assert flag(plain["sft_policy"], "learning_rate") == str(DemoConfig().sft_learning_rate)
+    assert {flag(plain[n], "learning_rate") for n, (_, role, _) in SFT_RUNS.items() if role == "policy"} == {
+        "0.001"
+    }
+    assert flag(plain["sft_reflection"], "learning_rate") == str(DemoConfig().sft_learning_rate)
     for bad, match in (
         (DemoConfig(policy_preset="huge"), "policy_preset 'huge'"),
         (DemoConfig(sft_policy_learning_rate=0.0), "sft_policy_learning_rate must be > 0"),

@@ -91,6 +91,27 @@ def prefix_kv_cache(model, prefix_ids: Sequence[int], batch_size: int, static_le
     return cache
 
 
+def context_kv_cache(model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int):
+    """(cache, attention_mask) of ``sequences`` laid out as :func:`prefix_layout` does — a common prefix of
+    ``prefix_length`` tokens encoded once at batch size 1 (0: none), then the left-padded rest of each row — so that a
+    next forward with this cache and the mask extended by its own columns continues every row where it ended.
+    Gradients flow through the cache when enabled. Every sequence needs a token after the prefix."""
+    device = next(model.parameters()).device
+    input_ids, attention_mask = prefix_layout(sequences, prefix_length, pad_id)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    position_ids = position_ids_from_mask(attention_mask)
+    cache = prefix_kv_cache(model, sequences[0][:prefix_length], len(sequences)) if prefix_length else None
+    encoded = model(
+        input_ids=input_ids[:, prefix_length:],
+        attention_mask=attention_mask,
+        position_ids=position_ids[:, prefix_length:],
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return encoded.cache, attention_mask
+
+
 def shared_prefix_forward(
     model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int, **kwargs
 ):
@@ -115,6 +136,7 @@ def shared_prefix_forward(
 
 __all__ = [
     "DEFAULT_SHARED_PREFIX_MIN_TOKENS",
+    "context_kv_cache",
     "left_pad",
     "position_ids_from_mask",
     "prefix_kv_cache",

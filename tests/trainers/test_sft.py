@@ -33,7 +33,7 @@ from reflect_trl.trainers.sft import (
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    """Toy data sets and a nano GPT-2 whose tokenizer was trained on the toy prompts."""
+    """Toy data sets, and a nano GPT-2 and a nano Llama whose tokenizers were trained on the toy prompts."""
     from reflect_trl.tiny_models import build_tiny_model
 
     root = tmp_path_factory.mktemp("sft")
@@ -48,7 +48,8 @@ def toy(tmp_path_factory):
     )
     data = build_datasets(config, env=LineWorldEnv(), reflector=LineWorldReflector())
     model_dir = build_tiny_model(root / "model", arch="gpt2", preset="nano", texts=toy_prompts())
-    return {"data": data, "model": str(model_dir), "root": root}
+    llama_dir = build_tiny_model(root / "llama", arch="llama", preset="nano", texts=toy_prompts())
+    return {"data": data, "model": str(model_dir), "llama_model": str(llama_dir), "root": root}
 
 
 def sft_args(tmp_path: Path, **overrides) -> ReflectSFTConfig:
@@ -378,43 +379,64 @@ def test_run_sft_cli_trains_saves_and_writes_metrics(toy, tmp_path):
                      "--output_dir", str(tmp_path / "bad"), "--option_labels", "12345", "--use_cpu"])  # fmt: skip
 
 
+@pytest.mark.parametrize("model_kind", ["gpt2", "llama"])
 @pytest.mark.parametrize("dataset", ["reflection", "policy_reflect"])
-def test_shared_prompt_prefix_gives_the_plain_loss_and_gradients(toy, tmp_path, dataset):
-    """The batch's common prompt prefix is encoded once and only the suffixes run at full batch size: the model sees
-    narrower inputs, and the loss and gradients equal those of the plain batch (``shared_prefix_min_tokens=0``)."""
+def test_prompt_context_gives_the_plain_loss_gradients_and_metrics(toy, tmp_path, dataset, model_kind):
+    """Each row's prompt is encoded into a KV cache first (the rows' common prefix once, at batch size 1) and the
+    fused LM head runs on the trained tails only: the loss forward sees one column per tail token, and the loss,
+    the gradients and TRL's metrics (token accuracy, entropy, token count) equal those of the plain batch
+    (``shared_prefix_min_tokens=0``)."""
     data = toy["data"][dataset]["train"]
+    model_dir = toy["model"] if model_kind == "gpt2" else toy["llama_model"]
     results = {}
     for min_tokens in (8, 0):
         trainer = ReflectSFTTrainer(
-            model=toy["model"],
+            model=model_dir,
             args=sft_args(
                 tmp_path / str(min_tokens),
                 shared_prefix_min_tokens=min_tokens,
                 role="reflection" if dataset == "reflection" else "policy",
             ),
             train_dataset=data,
-            processing_class=tokenizer_of(toy["model"]),
+            processing_class=tokenizer_of(model_dir),
         )
         batch = next(iter(trainer.get_train_dataloader()))
-        widths: list[int] = []
+        calls: list[tuple[int, int]] = []
         hook = trainer.model.register_forward_pre_hook(
-            lambda _m, args, kwargs, _w=widths: _w.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+            lambda _m, args, kwargs, _c=calls: _c.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
         )
         trainer.model.eval()  # no dropout: both forwards are deterministic (gradients still flow)
         loss = trainer.compute_loss(trainer.model, dict(batch))
         hook.remove()
         params = [p for p in trainer.model.parameters() if p.requires_grad]
-        results[min_tokens] = (widths, loss.detach(), torch.autograd.grad(loss, params, allow_unused=True))
-        width = batch["input_ids"].shape[1]
-    (shared_widths, shared_loss, shared_grads), (plain_widths, plain_loss, plain_grads) = (
+        metrics = {k: v[-1] for k, v in trainer._metrics["eval"].items()}
+        results[min_tokens] = (
+            calls,
+            loss.detach(),
+            torch.autograd.grad(loss, params, allow_unused=True),
+            metrics,
+        )
+    (
+        (shared_calls, shared_loss, shared_grads, shared_metrics),
+        (plain_calls, plain_loss, plain_grads, plain_metrics),
+    ) = (
         results[8],
         results[0],
     )
-    assert plain_widths == [width]
-    assert len(shared_widths) == 2 and shared_widths[0] >= 8 and sum(shared_widths) == width
+    rows, width = batch["input_ids"].shape
+    lengths = batch["attention_mask"].sum(-1)
+    first_trained = (batch["labels"] != -100).int().argmax(-1)
+    assert plain_calls == [(rows, width)]
+    # prefix at batch size 1, the rest of the prompts, then the tails: first_trained - 1 .. end of each row
+    assert shared_calls[0][0] == 1 and shared_calls[0][1] >= 8
+    assert shared_calls[-1] == (rows, int((lengths - first_trained + 1).max()))
+    assert shared_calls[-1][1] < width
     assert shared_loss.item() == pytest.approx(plain_loss.item(), rel=1e-5)
     for g, w in zip(shared_grads, plain_grads, strict=True):
         if w is not None:
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+    assert set(shared_metrics) == set(plain_metrics) >= {"mean_token_accuracy", "entropy", "num_tokens"}
+    for key, value in plain_metrics.items():
+        assert shared_metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     with pytest.raises(ValueError, match="shared_prefix_min_tokens must be >= 0"):
         sft_args(tmp_path, shared_prefix_min_tokens=-1)

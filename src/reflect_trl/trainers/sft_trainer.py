@@ -26,7 +26,7 @@ import torch
 from datasets import Dataset, IterableDataset
 from trl import SFTConfig, SFTTrainer
 
-from reflect_trl.batching import prefix_kv_cache, shared_prefix_length
+from reflect_trl.batching import context_kv_cache, shared_prefix_length
 from reflect_trl.datasets_io import DatasetFormatError
 from reflect_trl.prompts import write_option_labels
 from reflect_trl.reflection.model import ReflectionModel
@@ -111,16 +111,22 @@ class ReflectSFTTrainer(SFTTrainer):
 
     # -- the loss ---------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """SFTTrainer's loss, with the batch's shared prompt prefix encoded once (:meth:`_share_prompt_prefix`)."""
-        return super().compute_loss(
-            model, self._share_prompt_prefix(model, inputs), return_outputs, num_items_in_batch
-        )
+        """SFTTrainer's loss on the rows' trained tails, their prompts encoded into a KV cache first
+        (:meth:`_encode_prompt_context`). With ``return_outputs`` (logits for ``compute_metrics``) the plain batch."""
+        if not return_outputs:
+            inputs = self._encode_prompt_context(model, inputs)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    def _share_prompt_prefix(self, model, inputs: dict[str, Any]) -> dict[str, Any]:
-        """``inputs`` with the rows' common leading tokens moved into a KV cache computed by one batch-1 forward
-        (gradients flow through it): the model then runs only the suffixes at full batch size, with positions and
-        attention of the whole rows. Returned unchanged when the prefix is shorter than ``shared_prefix_min_tokens``,
-        would hold a trained token, or the batch is not right-padded with an attention mask (padding-free)."""
+    def _encode_prompt_context(self, model, inputs: dict[str, Any]) -> dict[str, Any]:
+        """``inputs`` cut to each row's tail — from the token that predicts the row's first trained label to its end —
+        with everything before it encoded first into a KV cache, without the LM head: the rows' common leading tokens
+        once at batch size 1, the rest of each row left-padded (:func:`~reflect_trl.batching.context_kv_cache`;
+        gradients flow through the cache). TRL's fused LM head then runs on the tails only, with the positions and
+        attention of the whole rows: the same loss, gradients and metrics up to float rounding, and on devices
+        without Triton (where the fused head scores every position it is given) the head no longer scores the
+        prompts. Returned unchanged when ``shared_prefix_min_tokens`` is 0 or a row has fewer context tokens, a row
+        has no trained token, the batch is not right-padded with an attention mask (padding-free), or under
+        activation checkpointing (the cache is dropped) or MoE router losses."""
         args = self.args
         ids, mask, labels = inputs.get("input_ids"), inputs.get("attention_mask"), inputs.get("labels")
         checkpointing = getattr(args, "activation_checkpointing", None) or getattr(
@@ -133,30 +139,35 @@ class ReflectSFTTrainer(SFTTrainer):
             or labels is None
             or "position_ids" in inputs
             or "cache" in inputs
-            or ids.shape[0] < 2
             or (checkpointing and torch.is_grad_enabled())
             or getattr(self, "aux_loss_enabled", False)
         ):
             return inputs
-        lengths = mask.sum(-1)
+        lengths = mask.sum(-1, keepdim=True)
         columns = torch.arange(ids.shape[1], device=ids.device)
-        if not bool((mask.bool() == (columns[None, :] < lengths[:, None])).all()):
+        if not bool((mask.bool() == (columns[None, :] < lengths)).all()):
             return inputs  # not right-padded
-        sequences = [row[:n].tolist() for row, n in zip(ids.cpu(), lengths.tolist(), strict=True)]
-        prefix = shared_prefix_length(sequences, args.shared_prefix_min_tokens)
-        trained = (labels != -100).any(0).nonzero()
-        if trained.numel():
-            # the label at column ``prefix`` is predicted from the prefix's last position, which the suffix lacks
-            prefix = min(prefix, int(trained[0].item()) - 1)
-        if prefix < args.shared_prefix_min_tokens:
+        trained = labels != -100
+        if not bool(trained.any(-1).all()):
             return inputs
-        cache = prefix_kv_cache(model, sequences[0][:prefix], len(sequences))
-        positions = columns[prefix:].expand(ids.shape[0], -1)
+        # row r's context: its tokens before column first_r - 1, whose hidden state predicts the first trained label
+        context = trained.int().argmax(-1, keepdim=True) - 1
+        if int(context.min()) < args.shared_prefix_min_tokens:
+            return inputs
+        rows = [row[:n].tolist() for row, n in zip(ids.cpu(), context.squeeze(-1).tolist(), strict=True)]
+        prefix = shared_prefix_length(rows, args.shared_prefix_min_tokens)
+        pad_id = getattr(self.data_collator, "pad_token_id", None) or 0
+        cache, context_mask = context_kv_cache(model, rows, prefix, pad_id)
+        # the tails, right-padded: column k of row r is the row's column context_r + k
+        source = context + torch.arange(int((lengths - context).max()), device=ids.device)[None, :]
+        real = source < lengths
+        source = source.clamp(max=ids.shape[1] - 1)
         return {
             **inputs,
-            "input_ids": ids[:, prefix:],
-            "labels": labels[:, prefix:],
-            "position_ids": positions,
+            "input_ids": ids.gather(1, source).masked_fill(~real, pad_id),
+            "labels": labels.gather(1, source).masked_fill(~real, -100),
+            "attention_mask": torch.cat([context_mask.to(mask.dtype), real.to(mask.dtype)], dim=1),
+            "position_ids": source.masked_fill(~real, 0),
             "cache": cache,
         }
 
