@@ -1,13 +1,19 @@
-"""How many RL steps (docs/experiments.md §2, fourth round): rerun one `make reproduce` seed's `rl_reflect` job with
-``--steps`` instead of the demo's ``rl_steps`` (every other argument the demo's, read from the seed's
-``demo_config.json``), then evaluate the SFT start, the seed's own ``rl_reflect`` and the shorter run greedily on 300
-`validation` episodes per stage (seed 777).
+"""An RL variant on `validation`: rerun `make reproduce` seeds' `rl_reflect` jobs with ``--steps`` instead of the
+demo's ``rl_steps`` and any RL flags given after ``--`` (every other argument the demo's, read from the seed's
+``demo_config.json``), then evaluate the SFT start, the seed's own ``rl_reflect`` and the variant greedily on 300
+`validation` episodes per stage (seed 777). How many RL steps (docs/experiments.md §2, fourth round):
 
     .venv/bin/python benchmarks/rl_steps.py --seed_dirs outputs/reproduce/taxi/seed_0 outputs/reproduce/taxi/seed_1 \
         --steps 150 --output_dir outputs/bench/rl_steps_val
 
--> ``<output_dir>/rl<steps>_seed<s>/`` (the RL run), ``<output_dir>/eval_seed<s>/results.md``. The RL runs go two at a
-time (one thread each); a step whose output exists is skipped.
+GiGPO without the std scaling (docs/experiments.md §1):
+
+    .venv/bin/python benchmarks/rl_steps.py --seed_dirs outputs/reproduce/taxi/seed_{0,1,2} --steps 300 \
+        --name unscaled --output_dir outputs/bench/rl_unscaled_val -- --scale_rewards none
+
+-> ``<output_dir>/<name>_seed<s>/`` (the RL run; ``--name`` defaults to ``rl<steps>``),
+``<output_dir>/eval_seed<s>/results.md``. The RL runs go two at a time (one thread each); a step whose output exists
+is skipped.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE  # noqa: 
 from reflection_memo import demo_config, rl_argv  # noqa: E402
 
 
-def rl_reflect_job(seed_dir: Path, steps: int, output_dir: Path) -> Job:
-    """The seed's `rl_reflect` job as the demo built it, with ``steps`` RL steps into ``output_dir``."""
+def rl_reflect_job(seed_dir: Path, steps: int, output_dir: Path, extra: list[str] | None = None) -> Job:
+    """The seed's `rl_reflect` job as the demo built it, with ``steps`` RL steps into ``output_dir`` and the RL flags
+    ``extra`` appended (a later flag wins)."""
     argv = rl_argv(seed_dir, steps, output_dir, DEFAULT_REFLECTION_CACHE_SIZE)
-    return Job(output_dir.name, "rl", argv[4:])  # without "python -m reflect_trl.cli rl"
+    return Job(output_dir.name, "rl", argv[4:] + list(extra or []))  # without "python -m reflect_trl.cli rl"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,13 +47,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--output_dir", default="outputs/bench/rl_steps_val")
-    args = parser.parse_args(argv)
-    out = Path(args.output_dir)
+    parser.add_argument("--name", default=None, help="the variant's name (default: rl<steps>)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    out, name = Path(args.output_dir), args.name or f"rl{args.steps}"
     seeds = {Path(d): demo_config(Path(d)).seed for d in args.seed_dirs}
     jobs = [
-        rl_reflect_job(d, args.steps, out / f"rl{args.steps}_seed{s}")
+        rl_reflect_job(d, args.steps, out / f"{name}_seed{s}", extra)
         for d, s in seeds.items()
-        if not (out / f"rl{args.steps}_seed{s}" / "log_history.json").is_file()
+        if not (out / f"{name}_seed{s}" / "log_history.json").is_file()
     ]
     run_jobs(jobs, workers=args.jobs, log_dir=out / "logs")
     for seed_dir, seed in seeds.items():
@@ -56,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         configurations = [
             ("sft", runs / "sft_policy"),
             ("rl", runs / "rl_reflect"),
-            (f"rl{args.steps}", out / f"rl{args.steps}_seed{seed}"),
+            (name, out / f"{name}_seed{seed}"),
         ]
         command = [sys.executable, "-m", "reflect_trl.cli", "--no-progress", "eval"]
         for name, policy in configurations:

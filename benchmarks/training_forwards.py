@@ -8,8 +8,9 @@ batches, one torch thread, medians of ``--repeats`` after a warm-up:
 * SFT: ``ReflectSFTTrainer.compute_loss`` forward + backward on the policy and the reflection SFT data, batches of
   ``--batch_size`` rows drawn from all stages (as the SFT runs draw them);
 
-with ``shared_prefix_min_tokens`` 16 (the default) and 0 (plain left- / right-padded forwards), and the largest
-difference of the results (log-probs, losses, gradients) between the two.
+with ``shared_prefix_min_tokens`` 16 (the default: the shared prefix in RL, the trained tails in SFT — "shared prefix"
+in the report) and 0 (plain left- / right-padded forwards), and the largest difference of the results (log-probs,
+losses, gradients) between the two.
 
     .venv/bin/python benchmarks/training_forwards.py --seed_dir outputs/reproduce/taxi/seed_0 \
         --output outputs/bench/training_forwards.json

@@ -1,10 +1,11 @@
-"""Batching helpers: left padding, positions that skip it, the shared-prefix layout and its KV cache."""
+"""Batching helpers: left padding, positions that skip it, the shared-prefix layout and its KV caches."""
 
 from __future__ import annotations
 
 import torch
 
 from reflect_trl.batching import (
+    context_kv_cache,
     left_pad,
     position_ids_from_mask,
     prefix_kv_cache,
@@ -57,3 +58,27 @@ def test_prefix_kv_cache_gives_the_logits_of_the_whole_prompts(tiny_model_dir):
             for b, row in enumerate(rows):
                 alone = model(input_ids=torch.tensor([row])).logits[0, -1]
                 torch.testing.assert_close(out.logits[b, -1], alone, atol=1e-4, rtol=1e-4)
+
+
+def test_context_kv_cache_lets_a_next_forward_continue_every_row(tiny_model_dir):
+    """A forward over each row's continuation, given the context cache and the mask extended by its own columns,
+    gives the logits of the whole rows — with a shared prefix and without one (rows of different lengths)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    contexts = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 11], [5, 6, 7, 8, 12, 13, 14]]
+    tails = [[20, 21], [22, 23], [24, 25]]
+    with torch.no_grad():
+        for prefix in (4, 0):
+            cache, mask = context_kv_cache(model, contexts, prefix, pad_id=0)
+            assert mask.shape == (3, 7) and mask.sum(-1).tolist() == [6, 5, 7]
+            positions = torch.tensor([[len(c), len(c) + 1] for c in contexts])
+            out = model(
+                input_ids=torch.tensor(tails),
+                attention_mask=torch.cat([mask, torch.ones(3, 2, dtype=mask.dtype)], dim=1),
+                position_ids=positions,
+                cache=cache,
+            )
+            for b, (context, tail) in enumerate(zip(contexts, tails, strict=True)):
+                alone = model(input_ids=torch.tensor([context + tail])).logits[0, -2:]
+                torch.testing.assert_close(out.logits[b], alone, atol=1e-4, rtol=1e-4)

@@ -22,3 +22,11 @@ def test_the_shorter_run_is_the_seeds_rl_reflect_job(tmp_path):
     assert {k for k in want if flags[k] != want[k]} == {"--max_steps", "--output_dir", "--report_to"}
     assert flags["--max_steps"] == "150" and flags["--output_dir"] == str(tmp_path / "rl150_seed2")
     assert set(flags) - set(want) == {"--reflection_cache_size"}  # the default size, spelled out
+
+
+def test_a_variant_appends_its_rl_flags(tmp_path):
+    bench = load_benchmark("rl_steps")
+    seed_dir, _ = demo_seed_dir(tmp_path, 2)
+    job = bench.rl_reflect_job(seed_dir, 300, tmp_path / "unscaled_seed2", ["--scale_rewards", "none"])
+    assert job.argv[-2:] == ["--scale_rewards", "none"]
+    assert job.argv[job.argv.index("--max_steps") + 1] == "300"

@@ -63,9 +63,11 @@ class ReflectSFTConfig(SFTConfig):
     shared_prefix_min_tokens: int = field(
         default=DEFAULT_SHARED_PREFIX_MIN_TOKENS,
         metadata={
-            "help": "Rows of a batch whose prompts share at least this many leading tokens (none of them trained) "
-            "have that prefix encoded once at batch size 1 and reused from its KV cache by every row: the same loss "
-            "and gradients up to float rounding (with dropout, the prefix's dropout mask is shared by the rows), less compute. 0 disables it; it is off with activation "
+            "help": "The loss runs on each row's trained tail: every token before the one that predicts the row's "
+            "first trained label is encoded first into a KV cache -- the rows' common leading tokens once at batch "
+            "size 1 when at least this many -- and the fused LM head scores the tails only. The same loss, "
+            "gradients and metrics up to float rounding (with dropout, the prefix's dropout mask is shared by the "
+            "rows), less compute. 0 disables it, as does a row with fewer context tokens; it is off with activation "
             "checkpointing, padding-free batches and MoE router losses."
         },
     )

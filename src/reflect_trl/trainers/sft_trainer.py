@@ -150,7 +150,7 @@ class ReflectSFTTrainer(SFTTrainer):
         trained = labels != -100
         if not bool(trained.any(-1).all()):
             return inputs
-        # row r's context: its tokens before column first_r - 1, whose hidden state predicts the first trained label
+        # row r's context: its first first_r - 1 tokens (column first_r - 1, which predicts the first label, is the tail's)
         context = trained.int().argmax(-1, keepdim=True) - 1
         if int(context.min()) < args.shared_prefix_min_tokens:
             return inputs
