@@ -91,39 +91,19 @@ def prefix_kv_cache(model, prefix_ids: Sequence[int], batch_size: int, static_le
     return cache
 
 
-def context_kv_cache(model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int):
-    """(cache, attention_mask) of ``sequences`` laid out as :func:`prefix_layout` does — a common prefix of
-    ``prefix_length`` tokens encoded once at batch size 1 (0: none), then the left-padded rest of each row — so that a
-    next forward with this cache and the mask extended by its own columns continues every row where it ended.
-    Gradients flow through the cache when enabled. Every sequence needs a token after the prefix."""
-    device = next(model.parameters()).device
-    input_ids, attention_mask = prefix_layout(sequences, prefix_length, pad_id)
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    position_ids = position_ids_from_mask(attention_mask)
-    cache = prefix_kv_cache(model, sequences[0][:prefix_length], len(sequences)) if prefix_length else None
-    encoded = model(
-        input_ids=input_ids[:, prefix_length:],
-        attention_mask=attention_mask,
-        position_ids=position_ids[:, prefix_length:],
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    return encoded.cache, attention_mask
-
-
 def shared_prefix_forward(
     model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int, **kwargs
 ):
     """One forward of ``model`` over ``sequences`` whose first ``prefix_length`` tokens are common: the prefix is
     encoded once at batch size 1 (:func:`prefix_kv_cache`; gradients flow through it when enabled) and only the
-    left-padded suffixes run at full batch size, with the positions and attention of the whole rows. ``kwargs`` go to
-    the suffix forward (e.g. ``logits_to_keep``, ``output_hidden_states``)."""
+    left-padded suffixes run at full batch size, with the positions and attention of the whole rows (``prefix_length``
+    0: a plain left-padded forward). ``kwargs`` go to the suffix forward (e.g. ``logits_to_keep``,
+    ``output_hidden_states``)."""
     device = next(model.parameters()).device
     input_ids, attention_mask = prefix_layout(sequences, prefix_length, pad_id)
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     position_ids = position_ids_from_mask(attention_mask)
-    cache = prefix_kv_cache(model, sequences[0][:prefix_length], len(sequences))
+    cache = prefix_kv_cache(model, sequences[0][:prefix_length], len(sequences)) if prefix_length else None
     return model(
         input_ids=input_ids[:, prefix_length:],
         attention_mask=attention_mask,
@@ -132,6 +112,16 @@ def shared_prefix_forward(
         use_cache=True,
         **kwargs,
     )
+
+
+def context_kv_cache(model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int):
+    """(cache, attention_mask) of ``sequences`` encoded by :func:`shared_prefix_forward` (layout of
+    :func:`prefix_layout`), so that a next forward with this cache and the mask extended by its own columns continues
+    every row where it ended. Gradients flow through the cache when enabled; every sequence needs a token after the
+    prefix."""
+    encoded = shared_prefix_forward(model, sequences, prefix_length, pad_id, logits_to_keep=1)
+    attention_mask = prefix_layout(sequences, prefix_length, pad_id)[1]
+    return encoded.cache, attention_mask.to(next(model.parameters()).device)
 
 
 __all__ = [
