@@ -91,6 +91,26 @@ def prefix_kv_cache(model, prefix_ids: Sequence[int], batch_size: int, static_le
     return cache
 
 
+def _prefix_layout_forward(
+    model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int, **kwargs
+):
+    """(outputs, attention_mask) of :func:`shared_prefix_forward`."""
+    device = next(model.parameters()).device
+    input_ids, attention_mask = prefix_layout(sequences, prefix_length, pad_id)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    position_ids = position_ids_from_mask(attention_mask)
+    cache = prefix_kv_cache(model, sequences[0][:prefix_length], len(sequences)) if prefix_length else None
+    outputs = model(
+        input_ids=input_ids[:, prefix_length:],
+        attention_mask=attention_mask,
+        position_ids=position_ids[:, prefix_length:],
+        cache=cache,
+        use_cache=True,
+        **kwargs,
+    )
+    return outputs, attention_mask
+
+
 def shared_prefix_forward(
     model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int, **kwargs
 ):
@@ -99,33 +119,34 @@ def shared_prefix_forward(
     left-padded suffixes run at full batch size, with the positions and attention of the whole rows (``prefix_length``
     0: a plain left-padded forward). ``kwargs`` go to the suffix forward (e.g. ``logits_to_keep``,
     ``output_hidden_states``)."""
-    device = next(model.parameters()).device
-    input_ids, attention_mask = prefix_layout(sequences, prefix_length, pad_id)
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    position_ids = position_ids_from_mask(attention_mask)
-    cache = prefix_kv_cache(model, sequences[0][:prefix_length], len(sequences)) if prefix_length else None
-    return model(
-        input_ids=input_ids[:, prefix_length:],
-        attention_mask=attention_mask,
-        position_ids=position_ids[:, prefix_length:],
-        cache=cache,
-        use_cache=True,
-        **kwargs,
-    )
+    return _prefix_layout_forward(model, sequences, prefix_length, pad_id, **kwargs)[0]
 
 
 def context_kv_cache(model, sequences: Sequence[Sequence[int]], prefix_length: int, pad_id: int):
-    """(cache, attention_mask) of ``sequences`` encoded by :func:`shared_prefix_forward` (layout of
+    """(cache, attention_mask) of ``sequences`` encoded as :func:`shared_prefix_forward` does (layout of
     :func:`prefix_layout`), so that a next forward with this cache and the mask extended by its own columns continues
     every row where it ended. Gradients flow through the cache when enabled; every sequence needs a token after the
     prefix."""
-    encoded = shared_prefix_forward(model, sequences, prefix_length, pad_id, logits_to_keep=1)
-    attention_mask = prefix_layout(sequences, prefix_length, pad_id)[1]
-    return encoded.cache, attention_mask.to(next(model.parameters()).device)
+    encoded, attention_mask = _prefix_layout_forward(
+        model, sequences, prefix_length, pad_id, logits_to_keep=1
+    )
+    return encoded.cache, attention_mask
+
+
+def checkpointing_drops_cache(args, model) -> bool:
+    """Whether activation checkpointing — asked for in the training ``args`` or already on in ``model`` — is active
+    under autograd: it re-runs layers without their KV cache, so a prefix / context cache cannot be used."""
+    checkpointing = (
+        getattr(args, "activation_checkpointing", None)
+        or getattr(args, "gradient_checkpointing", None)
+        or getattr(model, "is_gradient_checkpointing", False)
+    )
+    return bool(checkpointing) and torch.is_grad_enabled()
 
 
 __all__ = [
     "DEFAULT_SHARED_PREFIX_MIN_TOKENS",
+    "checkpointing_drops_cache",
     "context_kv_cache",
     "left_pad",
     "position_ids_from_mask",

@@ -440,3 +440,23 @@ def test_prompt_context_gives_the_plain_loss_gradients_and_metrics(toy, tmp_path
         assert shared_metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     with pytest.raises(ValueError, match="shared_prefix_min_tokens must be >= 0"):
         sft_args(tmp_path, shared_prefix_min_tokens=-1)
+
+
+def test_prompt_context_is_off_with_activation_checkpointing(toy, tmp_path):
+    """Checkpointing re-runs layers without their KV cache: asked for in the args or already on in the model, the
+    loss takes the plain batch under autograd (and the trained tails without gradients)."""
+    data = toy["data"]["policy_reflect"]["train"]
+    for args_flag in (True, False):
+        trainer = ReflectSFTTrainer(
+            model=toy["llama_model"],
+            args=sft_args(tmp_path / str(args_flag), role="policy", gradient_checkpointing=args_flag),
+            train_dataset=data,
+            processing_class=tokenizer_of(toy["llama_model"]),
+        )
+        if not args_flag:
+            trainer.model.gradient_checkpointing_enable()
+        batch = next(iter(trainer.get_train_dataloader()))
+        assert trainer._encode_prompt_context(trainer.model, dict(batch))["input_ids"] is batch["input_ids"]
+        with torch.no_grad():
+            narrow = trainer._encode_prompt_context(trainer.model, dict(batch))["input_ids"]
+        assert narrow.shape[1] < batch["input_ids"].shape[1]

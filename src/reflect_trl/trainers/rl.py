@@ -43,6 +43,7 @@ from trl.trainer.utils import use_adapter
 from reflect_trl import rl_math
 from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
 from reflect_trl.batching import (
+    checkpointing_drops_cache,
     left_pad,
     position_ids_from_mask,
     shared_prefix_forward,
@@ -678,13 +679,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         drops the cache, MoE router losses would miss the prefix tokens)."""
         if self.args.shared_prefix_min_tokens <= 0 or self.aux_loss_enabled or prompt_ids.shape[0] < 2:
             return None
-        args = self.args
-        checkpointing = (
-            getattr(args, "activation_checkpointing", None)
-            or args.gradient_checkpointing
-            or getattr(self.accelerator.unwrap_model(model), "is_gradient_checkpointing", False)
-        )
-        if checkpointing and torch.is_grad_enabled():
+        if checkpointing_drops_cache(self.args, self.accelerator.unwrap_model(model)):
             return None
         sequences = unpad_left(prompt_ids, prompt_mask)
         prefix = shared_prefix_length(sequences, self.args.shared_prefix_min_tokens)

@@ -26,7 +26,7 @@ import torch
 from datasets import Dataset, IterableDataset
 from trl import SFTConfig, SFTTrainer
 
-from reflect_trl.batching import context_kv_cache, shared_prefix_length
+from reflect_trl.batching import checkpointing_drops_cache, context_kv_cache, shared_prefix_length
 from reflect_trl.datasets_io import DatasetFormatError
 from reflect_trl.prompts import write_option_labels
 from reflect_trl.reflection.model import ReflectionModel
@@ -129,9 +129,6 @@ class ReflectSFTTrainer(SFTTrainer):
         activation checkpointing (the cache is dropped) or MoE router losses."""
         args = self.args
         ids, mask, labels = inputs.get("input_ids"), inputs.get("attention_mask"), inputs.get("labels")
-        checkpointing = getattr(args, "activation_checkpointing", None) or getattr(
-            args, "gradient_checkpointing", None
-        )
         if (
             args.shared_prefix_min_tokens <= 0
             or ids is None
@@ -139,7 +136,7 @@ class ReflectSFTTrainer(SFTTrainer):
             or labels is None
             or "position_ids" in inputs
             or "cache" in inputs
-            or (checkpointing and torch.is_grad_enabled())
+            or checkpointing_drops_cache(args, self.accelerator.unwrap_model(model))
             or getattr(self, "aux_loss_enabled", False)
         ):
             return inputs
