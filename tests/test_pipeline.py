@@ -66,3 +66,44 @@ def test_a_job_may_name_its_own_log(tmp_path):
     assert "taxi" in (tmp_path / "a" / "own.log").read_text() and "taxi" in (tmp_path / "b.txt").read_text()
     with pytest.raises(ValueError, match="needs a log_dir"):
         run_jobs([Job("c", "envs", [])], workers=2)
+
+
+def _probe_worker(path: str) -> None:
+    """Runs in a forked worker: what it finds already imported, its torch threads and its environment."""
+    import json
+    import os
+    import sys
+
+    preloaded = sorted(m for m in ("torch", "trl", "reflect_trl.trainers.rl") if m in sys.modules)
+    import torch
+
+    state = {
+        "preloaded": preloaded,
+        "threads": torch.get_num_threads(),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+    }
+    with open(path, "w") as f:
+        json.dump(state, f)
+
+
+@pytest.mark.skipif(
+    "forkserver" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork server here"
+)
+def test_workers_fork_from_a_server_that_imported_everything(tmp_path, monkeypatch):
+    """A worker starts with torch, TRL and the trainers imported (no ~10 s of imports per job) and one torch thread;
+    starting the server leaves the caller's environment as it was."""
+    import json
+    import os
+
+    from reflect_trl.pipeline import _start_fork_server, preload_modules
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert {"torch", "trl", "reflect_trl.trainers.rl", "reflect_trl.trainers.sft"} <= set(preload_modules())
+    context = _start_fork_server()
+    assert "OMP_NUM_THREADS" not in os.environ
+    process = context.Process(target=_probe_worker, args=(str(tmp_path / "probe.json"),))
+    process.start()
+    process.join()
+    assert process.exitcode == 0
+    state = json.loads((tmp_path / "probe.json").read_text())
+    assert state == {"preloaded": ["reflect_trl.trainers.rl", "torch", "trl"], "threads": 1, "omp": "1"}

@@ -1,12 +1,17 @@
 """A small job graph for multi-step runs (the demo): ``reflect-trl`` commands with dependencies, run one after the
-other in this process, or by a pool of worker processes (one ``reflect-trl <command>`` subprocess per job, one torch
-thread each: on a small CPU machine two single-threaded jobs finish sooner than two two-threaded jobs in a row).
+other in this process, or by a pool of worker processes (one process per job, one torch thread each: on a small CPU
+machine two single-threaded jobs finish sooner than two two-threaded jobs in a row).
+
+Worker processes are forked from a fork server that has imported torch, transformers, TRL and every command's module
+once (:func:`preload_modules`), so a job does not pay the ~10 s of imports each; where the platform has no fork server
+(Windows) each job is a ``python -m reflect_trl.cli`` subprocess.
 
 Jobs start in list order as soon as what they need is done, so list the long chains first.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -20,7 +25,8 @@ from pathlib import Path
 class Job:
     """One ``reflect-trl <command> <argv>`` step; ``needs`` names the jobs that must finish first; ``env`` adds
     environment variables (e.g. ``WANDB_DIR``); ``log`` is where a worker process writes its output (default:
-    ``log_dir/<name>.log``)."""
+    ``log_dir/<name>.log``). A forked worker sets ``env`` after the fork server's imports: a variable that a library
+    reads when it is imported belongs in the environment of the process that calls :func:`run_jobs`."""
 
     name: str
     command: str
@@ -63,6 +69,99 @@ def _in_process(job: Job) -> None:
         raise JobFailed(f"job {job.name!r} (reflect-trl {job.command}) failed with exit status {code}")
 
 
+def preload_modules() -> list[str]:
+    """What the fork server imports before it forks the first job: torch, transformers, TRL and the module of every
+    ``reflect-trl`` command."""
+    from reflect_trl.cli import COMMANDS
+
+    return ["torch", "transformers", "trl", *sorted({t.partition(":")[0] for _, t in COMMANDS.values()})]
+
+
+#: The environment of every worker process (besides the job's own ``env``).
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _start_fork_server() -> multiprocessing.context.BaseContext | None:
+    """The ``forkserver`` context with :func:`preload_modules` imported in the server (started now, so its imports are not
+    counted in the first job's time); ``None`` where the platform has none. The server starts with
+    :data:`WORKER_ENV` in its environment (OpenMP reads its thread count when torch is imported there)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(preload_modules())
+    saved = {k: os.environ.get(k) for k in WORKER_ENV}
+    os.environ.update(WORKER_ENV)
+    try:
+        forkserver.ensure_running()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return context
+
+
+def _forked_job(argv: list[str], env: dict[str, str], log: str) -> None:
+    """The body of a forked worker: the job's environment, its output into ``log``, ``reflect-trl <argv>``."""
+    os.environ.update(env)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    import torch
+
+    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    from reflect_trl.cli import main
+
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+class _Worker:
+    """A running job: a forked :class:`multiprocessing.Process` or a subprocess, with one interface."""
+
+    def __init__(self, context, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.process = self.popen = self.log = None
+        if context is not None:
+            self.process = context.Process(target=_forked_job, args=(argv, env, str(log)), daemon=False)
+            self.process.start()
+        else:
+            self.log = open(log, "w")  # noqa: SIM115 (closed when the job ends)
+            cmd = [sys.executable, "-m", "reflect_trl.cli", *argv]
+            self.popen = subprocess.Popen(
+                cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env}
+            )
+
+    def returncode(self) -> int | None:
+        """The exit status, ``None`` while the job runs."""
+        if self.process is not None:
+            return self.process.exitcode
+        return self.popen.poll()
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.join()
+        if self.log is not None:
+            self.log.close()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            if self.process.exitcode is None:
+                self.process.terminate()
+            self.process.join()
+        else:
+            self.popen.terminate()
+            self.popen.wait()
+        self.close()
+
+
 def run_jobs(
     jobs: Sequence[Job],
     workers: int = 1,
@@ -89,41 +188,35 @@ def run_jobs(
     for path in logs.values():
         path.parent.mkdir(parents=True, exist_ok=True)
     pending = list(jobs)
-    running: dict[str, tuple[subprocess.Popen, object, float]] = {}
-    base_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    running: dict[str, tuple[_Worker, float]] = {}
+    context = _start_fork_server()
     try:
         while pending or running:
             ready = [j for j in pending if all(n in timings for n in j.needs)]
             while ready and len(running) < workers:
                 job = ready.pop(0)
                 pending.remove(job)
-                log = open(logs[job.name], "w")  # noqa: SIM115 (closed when the job ends)
-                cmd = [sys.executable, "-m", "reflect_trl.cli", "--no-progress", job.command, *job.argv]
-                proc = subprocess.Popen(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, env={**base_env, **job.env}
-                )
-                running[job.name] = (proc, log, time.perf_counter())
+                argv = ["--no-progress", job.command, *job.argv]
+                worker = _Worker(context, argv, {**WORKER_ENV, **job.env}, logs[job.name])
+                running[job.name] = (worker, time.perf_counter())
                 report(job.name, "start", 0.0)
             if not running:
                 raise JobFailed(f"jobs {[j.name for j in pending]} wait for jobs that never ran")
             time.sleep(0.5)
-            for name, (proc, log, t0) in list(running.items()):
-                if proc.poll() is None:
+            for name, (worker, t0) in list(running.items()):
+                code = worker.returncode()
+                if code is None:
                     continue
-                log.close()  # type: ignore[attr-defined]
+                worker.close()
                 del running[name]
-                if proc.returncode:
-                    raise JobFailed(
-                        f"job {name!r} failed with exit status {proc.returncode}; see {logs[name]}"
-                    )
+                if code:
+                    raise JobFailed(f"job {name!r} failed with exit status {code}; see {logs[name]}")
                 timings[name] = time.perf_counter() - t0
                 report(name, "done", timings[name])
     finally:
-        for proc, log, _ in running.values():
-            proc.terminate()
-            proc.wait()
-            log.close()  # type: ignore[attr-defined]
+        for worker, _ in running.values():
+            worker.stop()
     return timings
 
 
-__all__ = ["Job", "JobFailed", "check_graph", "run_jobs"]
+__all__ = ["WORKER_ENV", "Job", "JobFailed", "check_graph", "run_jobs"]
