@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,12 +70,21 @@ def _in_process(job: Job) -> None:
         raise JobFailed(f"job {job.name!r} (reflect-trl {job.command}) failed with exit status {code}")
 
 
+# A forked worker imports the caller's main module again as ``__mp_main__``; under ``python -m reflect_trl.cli`` the
+# fork server has that module imported already and runpy warns (harmless: the module only defines functions). The
+# fork server imports this module, so its workers inherit the filter.
+warnings.filterwarnings(
+    "ignore", message=r"'reflect_trl\.cli' found in sys\.modules", category=RuntimeWarning
+)
+
+
 def preload_modules() -> list[str]:
     """What the fork server imports before it forks the first job: torch, transformers, TRL and the module of every
     ``reflect-trl`` command."""
     from reflect_trl.cli import COMMANDS
 
-    return ["torch", "transformers", "trl", *sorted({t.partition(":")[0] for _, t in COMMANDS.values()})]
+    commands = sorted({t.partition(":")[0] for _, t in COMMANDS.values()})
+    return ["torch", "transformers", "trl", "reflect_trl.pipeline", *commands]
 
 
 #: The environment of every worker process (besides the job's own ``env``).
