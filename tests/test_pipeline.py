@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from reflect_trl.pipeline import Job, JobFailed, check_graph, run_jobs
@@ -26,7 +28,17 @@ def test_in_process_runs_in_order(capsys):
     assert "taxi" in capsys.readouterr().out  # `reflect-trl envs` really ran
 
 
-def test_workers_respect_dependencies_and_write_logs(tmp_path):
+HAS_FORK_SERVER = sys.platform.startswith("linux")
+WORKER_KINDS = [
+    pytest.param(
+        True, id="forked", marks=pytest.mark.skipif(not HAS_FORK_SERVER, reason="no fork server here")
+    ),
+    pytest.param(False, id="subprocess"),
+]
+
+
+@pytest.mark.parametrize("fork_server", WORKER_KINDS)
+def test_workers_respect_dependencies_and_write_logs(tmp_path, fork_server):
     events = []
     jobs = [
         Job("a", "envs", []),
@@ -34,7 +46,11 @@ def test_workers_respect_dependencies_and_write_logs(tmp_path):
         Job("c", "envs", [], needs=("a", "b")),
     ]
     run_jobs(
-        jobs, workers=2, log_dir=tmp_path, report=lambda name, event, seconds: events.append((name, event))
+        jobs,
+        workers=2,
+        log_dir=tmp_path,
+        report=lambda name, event, seconds: events.append((name, event)),
+        fork_server=fork_server,
     )
     assert events.index(("c", "start")) > max(events.index(("a", "done")), events.index(("b", "done")))
     assert {e for e in events if e[0] != "c"} == {
@@ -47,10 +63,11 @@ def test_workers_respect_dependencies_and_write_logs(tmp_path):
         assert "taxi" in (tmp_path / f"{name}.log").read_text()
 
 
-def test_a_failed_job_is_named_with_its_log(tmp_path):
+@pytest.mark.parametrize("fork_server", WORKER_KINDS)
+def test_a_failed_job_is_named_with_its_log(tmp_path, fork_server):
     jobs = [Job("bad", "envs", ["--no-such-flag"]), Job("after", "envs", [], needs=("bad",))]
     with pytest.raises(JobFailed, match=r"job 'bad' failed with exit status 2; see .*bad\.log"):
-        run_jobs(jobs, workers=2, log_dir=tmp_path)
+        run_jobs(jobs, workers=2, log_dir=tmp_path, fork_server=fork_server)
     assert "--no-such-flag" in (tmp_path / "bad.log").read_text()
     assert not (tmp_path / "after.log").exists()
     with pytest.raises(JobFailed, match="job 'bad'"):
@@ -71,6 +88,7 @@ def test_a_job_may_name_its_own_log(tmp_path):
 def _probe_worker(path: str) -> None:
     """Runs in a forked worker: what it finds already imported, its torch threads and its environment."""
     import json
+    import logging
     import os
     import sys
 
@@ -81,24 +99,27 @@ def _probe_worker(path: str) -> None:
         "preloaded": preloaded,
         "threads": torch.get_num_threads(),
         "omp": os.environ.get("OMP_NUM_THREADS"),
+        # reflect-trl's quiet_dependencies ran in the server before bitsandbytes was imported
+        "bnb_notice_level": logging.getLogger("bitsandbytes.backends.cpu.ops").level,
     }
     with open(path, "w") as f:
         json.dump(state, f)
 
 
-@pytest.mark.skipif(
-    "forkserver" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork server here"
-)
+@pytest.mark.skipif(not HAS_FORK_SERVER, reason="no fork server here")
 def test_workers_fork_from_a_server_that_imported_everything(tmp_path, monkeypatch):
     """A worker starts with torch, TRL and the trainers imported (no ~10 s of imports per job) and one torch thread;
     starting the server leaves the caller's environment as it was."""
     import json
+    import logging
     import os
 
     from reflect_trl.pipeline import _start_fork_server, preload_modules
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert {"torch", "trl", "reflect_trl.trainers.rl", "reflect_trl.trainers.sft"} <= set(preload_modules())
+    modules = preload_modules()
+    assert modules[0] == "reflect_trl._fork_server_init"  # before torch and the libraries it quiets
+    assert {"torch", "trl", "reflect_trl.trainers.rl", "reflect_trl.trainers.sft"} <= set(modules)
     context = _start_fork_server()
     assert "OMP_NUM_THREADS" not in os.environ
     process = context.Process(target=_probe_worker, args=(str(tmp_path / "probe.json"),))
@@ -106,4 +127,21 @@ def test_workers_fork_from_a_server_that_imported_everything(tmp_path, monkeypat
     process.join()
     assert process.exitcode == 0
     state = json.loads((tmp_path / "probe.json").read_text())
-    assert state == {"preloaded": ["reflect_trl.trainers.rl", "torch", "trl"], "threads": 1, "omp": "1"}
+    assert state == {
+        "preloaded": ["reflect_trl.trainers.rl", "torch", "trl"],
+        "threads": 1,
+        "omp": "1",
+        "bnb_notice_level": logging.ERROR,
+    }
+
+
+def test_no_fork_server_with_cuda(monkeypatch):
+    """With CUDA the jobs are subprocesses: the server's imports (bitsandbytes) would initialize CUDA before forking."""
+    import torch
+
+    from reflect_trl.pipeline import fork_server_usable
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not fork_server_usable()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert fork_server_usable() == HAS_FORK_SERVER  # Linux only

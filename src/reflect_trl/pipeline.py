@@ -3,8 +3,8 @@ other in this process, or by a pool of worker processes (one process per job, on
 machine two single-threaded jobs finish sooner than two two-threaded jobs in a row).
 
 Worker processes are forked from a fork server that has imported torch, transformers, TRL and every command's module
-once (:func:`preload_modules`), so a job does not pay the ~10 s of imports each; where the platform has no fork server
-(Windows) each job is a ``python -m reflect_trl.cli`` subprocess.
+once (:func:`preload_modules`), so a job does not pay the ~10 s of imports each. Outside Linux, or on a machine with CUDA
+(:func:`fork_server_usable`), each job is a ``python -m reflect_trl.cli`` subprocess.
 
 Jobs start in list order as soon as what they need is done, so list the long chains first.
 """
@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,33 +69,42 @@ def _in_process(job: Job) -> None:
         raise JobFailed(f"job {job.name!r} (reflect-trl {job.command}) failed with exit status {code}")
 
 
-# A forked worker imports the caller's main module again as ``__mp_main__``; under ``python -m reflect_trl.cli`` the
-# fork server has that module imported already and runpy warns (harmless: the module only defines functions). The
-# fork server imports this module, so its workers inherit the filter.
-warnings.filterwarnings(
-    "ignore", message=r"'reflect_trl\.cli' found in sys\.modules", category=RuntimeWarning
-)
-
-
 def preload_modules() -> list[str]:
-    """What the fork server imports before it forks the first job: torch, transformers, TRL and the module of every
-    ``reflect-trl`` command."""
+    """What the fork server imports before it forks the first job: the CLI's setup (``reflect_trl._fork_server_init``),
+    torch, transformers, TRL and the module of every ``reflect-trl`` command."""
     from reflect_trl.cli import COMMANDS
 
     commands = sorted({t.partition(":")[0] for _, t in COMMANDS.values()})
-    return ["torch", "transformers", "trl", "reflect_trl.pipeline", *commands]
+    return [
+        "reflect_trl._fork_server_init",
+        "torch",
+        "transformers",
+        "trl",
+        "reflect_trl.pipeline",
+        *commands,
+    ]
 
 
 #: The environment of every worker process (besides the job's own ``env``).
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def fork_server_usable() -> bool:
+    """Whether jobs may be forked from a preloaded server: on Linux (macOS's system frameworks are not fork-safe, which
+    is why Python spawns there; Windows has no fork) without a CUDA device. With CUDA they stay subprocesses:
+    bitsandbytes asks ``torch.cuda.is_available()`` when it is imported, which initializes CUDA in the server, and a
+    process forked after that cannot use CUDA."""
+    if not sys.platform.startswith("linux") or "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def _start_fork_server() -> multiprocessing.context.BaseContext | None:
     """The ``forkserver`` context with :func:`preload_modules` imported in the server (started now, so its imports are not
-    counted in the first job's time); ``None`` where the platform has none. The server starts with
+    counted in the first job's time). The server starts with
     :data:`WORKER_ENV` in its environment (OpenMP reads its thread count when torch is imported there)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return None
     from multiprocessing import forkserver
 
     context = multiprocessing.get_context("forkserver")
@@ -177,10 +185,13 @@ def run_jobs(
     workers: int = 1,
     log_dir: str | Path | None = None,
     report: Callable[[str, str, float], None] | None = None,
+    fork_server: bool | None = None,
 ) -> dict[str, float]:
     """Run the graph; returns each job's wall time in seconds. ``workers`` 1: in this process, in list order;
-    more: that many subprocesses at a time, their output in ``log_dir/<job>.log``. ``report(job, event, seconds)`` is
-    called with ``"start"`` and ``"done"``. The first failure stops the others and raises :class:`JobFailed`."""
+    more: that many worker processes at a time, their output in ``log_dir/<job>.log``, forked from a preloaded server
+    (``fork_server``; default: :func:`fork_server_usable`) or else ``python -m reflect_trl.cli`` subprocesses.
+    ``report(job, event, seconds)`` is called with ``"start"`` and ``"done"``. The first failure stops the others and
+    raises :class:`JobFailed`."""
     check_graph(jobs)
     report = report or (lambda name, event, seconds: None)
     timings: dict[str, float] = {}
@@ -199,7 +210,9 @@ def run_jobs(
         path.parent.mkdir(parents=True, exist_ok=True)
     pending = list(jobs)
     running: dict[str, tuple[_Worker, float]] = {}
-    context = _start_fork_server()
+    if fork_server is None:
+        fork_server = fork_server_usable()
+    context = _start_fork_server() if fork_server else None
     try:
         while pending or running:
             ready = [j for j in pending if all(n in timings for n in j.needs)]
@@ -229,4 +242,12 @@ def run_jobs(
     return timings
 
 
-__all__ = ["WORKER_ENV", "Job", "JobFailed", "check_graph", "run_jobs"]
+__all__ = [
+    "WORKER_ENV",
+    "fork_server_usable",
+    "preload_modules",
+    "Job",
+    "JobFailed",
+    "check_graph",
+    "run_jobs",
+]
