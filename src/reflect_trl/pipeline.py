@@ -11,6 +11,7 @@ Jobs start in list order as soon as what they need is done, so list the long cha
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import subprocess
@@ -52,19 +53,26 @@ def check_graph(jobs: Sequence[Job]) -> None:
         seen.add(job.name)
 
 
-def _in_process(job: Job) -> None:
-    from reflect_trl.cli import main
-
-    saved = {k: os.environ.get(k) for k in job.env}
-    os.environ.update(job.env)
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]):
+    """``os.environ`` with ``variables`` set, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
     try:
-        code = main([job.command, *job.argv])
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _in_process(job: Job) -> None:
+    from reflect_trl.cli import main
+
+    with _environment(job.env):
+        code = main([job.command, *job.argv])
     if code:
         raise JobFailed(f"job {job.name!r} (reflect-trl {job.command}) failed with exit status {code}")
 
@@ -103,22 +111,14 @@ def fork_server_usable() -> bool:
 
 def _start_fork_server() -> multiprocessing.context.BaseContext | None:
     """The ``forkserver`` context with :func:`preload_modules` imported in the server (started now, so its imports are not
-    counted in the first job's time). The server starts with
-    :data:`WORKER_ENV` in its environment (OpenMP reads its thread count when torch is imported there)."""
+    counted in the first job's time). The server starts with :data:`WORKER_ENV` in its environment (OpenMP reads its
+    thread count when torch is imported there)."""
     from multiprocessing import forkserver
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(preload_modules())
-    saved = {k: os.environ.get(k) for k in WORKER_ENV}
-    os.environ.update(WORKER_ENV)
-    try:
+    with _environment(WORKER_ENV):
         forkserver.ensure_running()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return context
 
 
