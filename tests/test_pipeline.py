@@ -99,6 +99,8 @@ def _probe_worker(path: str) -> None:
         "preloaded": preloaded,
         "threads": torch.get_num_threads(),
         "omp": os.environ.get("OMP_NUM_THREADS"),
+        # read by huggingface_hub when the server imported it
+        "hub_bars_off": __import__("huggingface_hub").constants.HF_HUB_DISABLE_PROGRESS_BARS,
         # reflect-trl's quiet_dependencies ran in the server before bitsandbytes was imported
         "bnb_notice_level": logging.getLogger("bitsandbytes.backends.cpu.ops").level,
     }
@@ -117,11 +119,12 @@ def test_workers_fork_from_a_server_that_imported_everything(tmp_path, monkeypat
     from reflect_trl.pipeline import _start_fork_server, preload_modules
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     modules = preload_modules()
     assert modules[0] == "reflect_trl._fork_server_init"  # before torch and the libraries it quiets
     assert {"torch", "trl", "reflect_trl.trainers.rl", "reflect_trl.trainers.sft"} <= set(modules)
     context = _start_fork_server()
-    assert "OMP_NUM_THREADS" not in os.environ
+    assert "OMP_NUM_THREADS" not in os.environ and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ
     process = context.Process(target=_probe_worker, args=(str(tmp_path / "probe.json"),))
     process.start()
     process.join()
@@ -131,6 +134,7 @@ def test_workers_fork_from_a_server_that_imported_everything(tmp_path, monkeypat
         "preloaded": ["reflect_trl.trainers.rl", "torch", "trl"],
         "threads": 1,
         "omp": "1",
+        "hub_bars_off": True,
         "bnb_notice_level": logging.ERROR,
     }
 

@@ -93,8 +93,14 @@ def preload_modules() -> list[str]:
     ]
 
 
-#: The environment of every worker process (besides the job's own ``env``).
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+#: The environment of every worker process (besides the job's own ``env``), and of the fork server: one thread, no
+#: progress bars (workers run with ``--no-progress``; huggingface_hub and datasets read their switches at import).
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+}
 
 
 def fork_server_usable() -> bool:
