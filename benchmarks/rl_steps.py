@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> None:
             (name, out / f"{name}_seed{seed}"),
         ]
         command = [sys.executable, "-m", "reflect_trl.cli", "--no-progress", "eval"]
+        reflection = str(runs / "sft_reflection")
         for label, policy in configurations:
-            command += ["--policy", str(policy), "--reflection", str(runs / "sft_reflection"), "--name", label]
+            command += ["--policy", str(policy), "--reflection", reflection, "--name", label]
         command += ["--split", "validation", "--seed", "777", "--episodes_per_stage", "300", "--decodings", "greedy",
                     "--reflection_temperature", "0", "--reflection_max_new_tokens", "48",
                     "--output_dir", str(evaluation)]  # fmt: skip
