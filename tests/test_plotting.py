@@ -131,3 +131,39 @@ def test_plot_cli_checks_everything_before_writing(tmp_path):
     with pytest.raises(UsageError, match="--decoding 'sampled'"):
         plot_cli(["--runs", f"a={run}", "--eval", str(tmp_path / "results.json"), "--decoding", "sampled"])
     assert not out.exists()
+
+
+def with_evaluations(log: list[dict], every: int = 10) -> list[dict]:
+    """``log`` plus evaluations during training at step 0 and every ``every`` steps (as Trainer logs them)."""
+    evals = [
+        {
+            "step": s,
+            "eval_success_rate": s / 100,
+            **{f"eval_{n}_success_rate": s / 100 + i for i, n in enumerate(STAGES)},
+        }
+        for s in range(0, log[-1]["step"] + 1, every)
+    ]
+    return sorted(log + evals, key=lambda h: h["step"])
+
+
+def test_eval_curves_one_panel_per_evaluated_stage(tmp_path, drawn):
+    runs = {"Reflect-RL": with_evaluations(history()), "without evaluations": history()}
+    assert plotting.eval_stages(runs["Reflect-RL"]) == list(STAGES)
+    plotting.plot_eval_curves(runs, tmp_path / "eval.png")
+    axes = drawn["fig"].axes
+    assert [ax.get_title() for ax in axes] == [f"evaluated on {s}" for s in STAGES]
+    for i, ax in enumerate(axes):
+        # one curve: the run without evaluations draws nothing (the other lines are the stage boundaries)
+        (line,) = [x for x in ax.get_lines() if x.get_marker() == "."]
+        assert list(line.get_xdata()) == [0, 10, 20, 30]
+        assert list(line.get_ydata()) == pytest.approx([s / 100 + i for s in (0, 10, 20, 30)])
+        assert [t.get_text() for t in ax.texts] == list(STAGES)  # the trained stage, shaded and named
+    with pytest.raises(ValueError, match="no run logged evaluations"):
+        plotting.plot_eval_curves({"run": history()}, tmp_path / "none.png")
+
+
+def test_plot_cli_adds_eval_curves_when_runs_evaluated(tmp_path):
+    run = write_run(tmp_path / "rl", with_evaluations(history()))
+    written = plot_cli(["--runs", f"reflect={run}", "--output_dir", str(tmp_path / "plots")])
+    assert [p.name for p in written] == ["learning_curves.png", "eval_curves.png"]
+    assert all(p.stat().st_size > 0 for p in written)

@@ -204,12 +204,27 @@ def instance_keys(settings: EvalSettings, tasks: Sequence[Task]) -> list[str]:
     return [env.instance_key(t) for t in tasks]
 
 
+def stage_eval_tasks(
+    env_name: str, env_kwargs: dict[str, Any] | None, split: str, episodes: int, seed: int, stage: str
+) -> tuple[list[Task], list[int]]:
+    """``episodes`` tasks of ``split`` in ``stage`` and their episode seeds: what `reflect-trl eval` plays, and what
+    the RL trainer's evaluation during training plays."""
+    env = make_env(env_name, **(env_kwargs or {}))
+    tasks = env.make_tasks(split, episodes, seed=seed, difficulty=stage)
+    seeds = [derive_seed(seed, "eval", stage, i) for i in range(len(tasks))]
+    return tasks, seeds
+
+
 def eval_tasks(settings: EvalSettings, stage: str) -> tuple[list[Task], list[int]]:
     """The held-out tasks and episode seeds of one stage (identical for every configuration)."""
-    env = make_env(settings.env_name, **settings.env_kwargs)
-    tasks = env.make_tasks(settings.split, settings.episodes_per_stage, seed=settings.seed, difficulty=stage)
-    seeds = [derive_seed(settings.seed, "eval", stage, i) for i in range(len(tasks))]
-    return tasks, seeds
+    return stage_eval_tasks(
+        settings.env_name,
+        settings.env_kwargs,
+        settings.split,
+        settings.episodes_per_stage,
+        settings.seed,
+        stage,
+    )
 
 
 class _ModelCache:

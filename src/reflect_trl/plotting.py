@@ -328,6 +328,47 @@ def _read_eval(path: str, decoding: str) -> list[dict[str, Any]]:
     return results
 
 
+def eval_stages(history: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The stages of a run's evaluations during training (``eval_<stage>_success_rate``), in logged order."""
+    keys = (k for h in history for k in h if k.startswith("eval_") and k.endswith("_success_rate"))
+    return [k[len("eval_") : -len("_success_rate")] for k in dict.fromkeys(keys) if k != "eval_success_rate"]
+
+
+def plot_eval_curves(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    path: str | Path,
+    title: str = "Evaluation during training: greedy success on held-out tasks",
+) -> Path:
+    """One panel per stage: the greedy held-out success rate of each run's evaluations during training
+    (``eval_<stage>_success_rate`` of ``ReflectPPOTrainer.evaluate``), curriculum stages shaded and named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = list(dict.fromkeys(s for history in runs.values() for s in eval_stages(history)))
+    if not stages:
+        raise ValueError("no run logged evaluations during training (eval_<stage>_success_rate)")
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.4 * len(stages), 3.6), sharey=True, squeeze=False)
+    reference = next((sp for sp in (stage_spans(h) for h in runs.values()) if len(sp) > 1), [])
+    last_step = max(h["step"] for history in runs.values() for h in history if "step" in h)
+    for ax, stage in zip(axes[0], stages, strict=True):
+        key = f"eval_{stage}_success_rate"
+        for i, (name, history) in enumerate(runs.items()):
+            points = [(h["step"], h[key]) for h in history if key in h]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker=".", color=f"C{i % 10}", label=name)
+        if reference:
+            _mark_stages(ax, reference, last_step)
+        ax.set_title(f"evaluated on {stage}", fontsize=9)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("greedy success rate")
+    fig.suptitle(title + ("\n(shaded: the curriculum stage being trained)" if reference else ""), fontsize=10)
+    return _save(fig, axes[0][-1], path)
+
+
 def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:
     """``reflect-trl plot --runs name=outputs/x/rl,... --eval outputs/eval/results.json --output_dir outputs/plots``"""
     from reflect_trl.errors import UsageError
@@ -341,7 +382,8 @@ def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:
         "--runs",
         default="",
         help="RL runs to compare: comma-separated name=run_dir pairs (each an output_dir of `reflect-trl rl`), e.g. "
-        "reflect=outputs/taxi/cpu/rl,plain=outputs/taxi/cpu/rl_plain -> learning_curves.png",
+        "reflect=outputs/taxi/cpu/rl,plain=outputs/taxi/cpu/rl_plain -> learning_curves.png (and eval_curves.png "
+        "when the runs evaluated during training)",
     )
     parser.add_argument(
         "--eval", default=None, help="results.json written by `reflect-trl eval` -> success_bars.png"
@@ -385,6 +427,8 @@ def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:
                 mark_stages=not args.no_stages,
             )
         )
+    if any(eval_stages(history) for history in runs.values()):
+        written.append(plot_eval_curves(runs, Path(args.output_dir) / "eval_curves.png"))
     if results is not None:
         written.append(
             plot_success_bars(results, Path(args.output_dir) / "success_bars.png", decoding=args.decoding)

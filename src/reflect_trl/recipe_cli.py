@@ -41,6 +41,8 @@ COMMON_OPTIONS: tuple[str, ...] = (
     "logging_steps",
     "eval_strategy",
     "eval_steps",
+    "eval_on_start",
+    "load_best_model_at_end",
     "save_strategy",
     "save_steps",
     "resume_from_checkpoint",

@@ -130,6 +130,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         reflection_tokenizer=None,
         peft_config=None,
         callbacks=None,
+        eval_dataset: Dataset | None = None,
     ) -> None:
         # The option labels travel with the policy: those it was trained with, unless the config names the same.
         labels = resolve_option_labels(args.option_labels, local_model_dir(model), "the policy")
@@ -138,6 +139,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             reward_funcs=[environment_reward],  # rewards come from the environment (see the function)
             args=args,
             train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
             processing_class=processing_class,
             peft_config=peft_config,
             callbacks=callbacks,
@@ -184,32 +186,22 @@ class ReflectPPOTrainer(GRPOTrainer):
             self.value_head = head
 
         # Frozen reflection player: in this process (hf) or behind an inference server (openai).
-        self.reflection: ReflectionPlayer | None = None
-        if args.reflection_backend == "openai":
-            self.reflection = make_reflection_player(
-                "openai",
-                tokenizer=reflection_tokenizer,
-                max_new_tokens=args.reflection_max_new_tokens,
-                temperature=args.reflection_temperature,
-                seed=derive_seed(args.seed, "reflection", self.accelerator.process_index),
-                **args.reflection_server_settings(),
-            )
-        elif reflection_model is not None:
-            if (
-                getattr(reflection_model, "hf_device_map", None) is None
-                and not getattr(reflection_model, "is_loaded_in_8bit", False)
-                and not getattr(reflection_model, "is_loaded_in_4bit", False)
-            ):
-                reflection_model.to(args.reflection_device or self.accelerator.device)
-            self.reflection = make_reflection_player(
-                "hf",
-                model=reflection_model,
-                tokenizer=reflection_tokenizer or self._tokenizer,
-                max_new_tokens=args.reflection_max_new_tokens,
-                temperature=args.reflection_temperature,
-            )
+        if (
+            reflection_model is not None
+            and getattr(reflection_model, "hf_device_map", None) is None
+            and not getattr(reflection_model, "is_loaded_in_8bit", False)
+            and not getattr(reflection_model, "is_loaded_in_4bit", False)
+        ):
+            reflection_model.to(args.reflection_device or self.accelerator.device)
+        self._reflection_model = reflection_model
+        self._reflection_tokenizer = reflection_tokenizer
         # A greedy reflection player generates each distinct prompt once (a pass-through when it samples).
-        self.reflection = with_reflection_cache(self.reflection, args.reflection_cache_size)
+        self.reflection = with_reflection_cache(
+            self._reflection_player(args.reflection_temperature), args.reflection_cache_size
+        )
+        # Evaluation during training reads greedy reflections through a memo of its own (built at first use).
+        self._eval_reflection: ReflectionPlayer | None = None
+        self._eval_engine: RolloutEngine | None = None
         self.replay = ReplayBuffer(
             args.replay_buffer_size or 1,
             seed=derive_seed(args.seed, "replay", self.accelerator.process_index),
@@ -255,6 +247,28 @@ class ReflectPPOTrainer(GRPOTrainer):
             env.state_key()
         except NotImplementedError as err:
             raise ValueError(f"advantage_estimator='gigpo': {err}") from None
+
+    def _reflection_player(self, temperature: float) -> ReflectionPlayer | None:
+        """A player of the frozen reflection model at ``temperature`` (None when the run has no reflection)."""
+        args = self.args
+        if args.reflection_backend == "openai":
+            return make_reflection_player(
+                "openai",
+                tokenizer=self._reflection_tokenizer,
+                max_new_tokens=args.reflection_max_new_tokens,
+                temperature=temperature,
+                seed=derive_seed(args.seed, "reflection", self.accelerator.process_index),
+                **args.reflection_server_settings(),
+            )
+        if self._reflection_model is None:
+            return None
+        return make_reflection_player(
+            "hf",
+            model=self._reflection_model,
+            tokenizer=self._reflection_tokenizer or self._tokenizer,
+            max_new_tokens=args.reflection_max_new_tokens,
+            temperature=temperature,
+        )
 
     # ------------------------------------------------------------------------------------------------ rollouts
     def _rollout_engine(self, model) -> RolloutEngine:
@@ -635,6 +649,97 @@ class ReflectPPOTrainer(GRPOTrainer):
                 columns = ["step", "episode", "turn", "state", "reflection", "action", "reward"]
                 wandb.log({"episodes": wandb.Table(columns=columns, data=rows)}, commit=False)
 
+    # ------------------------------------------------------------------------------------------ evaluation
+    def evaluate(
+        self,
+        eval_dataset: Dataset | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> dict[str, float]:
+        """Greedy episodes on the evaluation tasks: the policy takes its argmax option and the reflection model
+        decodes greedily, as in ``reflect-trl eval --decodings greedy`` with the same split, seed and episodes.
+
+        ``eval_dataset`` (default: the trainer's, built by :func:`eval_tasks_dataset`) has one row per episode
+        (``task``, ``episode_seed``); the processes share its rows. Logs and returns ``<prefix>_success_rate`` (all
+        episodes), ``<prefix>_<stage>_success_rate``, ``<prefix>_crash_rate``, ``<prefix>_episode_length`` and
+        ``<prefix>_runtime``; training's RNG streams are left as they were, so evaluating does not change the run."""
+        del ignore_keys  # no model outputs to drop: an evaluation is episodes, not a loss
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ValueError(
+                "evaluation needs evaluation tasks: pass eval_dataset (eval_tasks_dataset(args))"
+            )
+        if isinstance(dataset, str | dict):
+            raise ValueError(
+                "ReflectPPOTrainer evaluates one task set (a Dataset of eval_tasks_dataset rows)"
+            )
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        rows = dataset.select(range(rank, len(dataset), world))
+        tasks = [Task.from_dict(json.loads(t)) for t in rows["task"]]
+        seeds = [int(x) for x in rows["episode_seed"]]
+        start = time.perf_counter()
+        devices = [self.accelerator.device] if self.accelerator.device.type == "cuda" else []
+        with (
+            torch.random.fork_rng(devices=devices),
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+            ) as unwrapped,
+        ):
+            was_training = unwrapped.training
+            unwrapped.eval()
+            engine = self._evaluation_engine(unwrapped)
+            episodes: list[Episode] = []
+            batch = max(self.args.per_device_eval_batch_size, 1)
+            for i in range(0, len(tasks), batch):
+                episodes.extend(engine.run(tasks[i : i + batch], seeds[i : i + batch]))
+            unwrapped.train(was_training)
+        outcomes = gather_object([(ep.task.difficulty, ep.success, ep.crashed, ep.length) for ep in episodes])
+        n = max(len(outcomes), 1)
+        metrics = {
+            f"{metric_key_prefix}_success_rate": sum(o[1] for o in outcomes) / n,
+            f"{metric_key_prefix}_crash_rate": sum(o[2] for o in outcomes) / n,
+            f"{metric_key_prefix}_episode_length": sum(o[3] for o in outcomes) / n,
+        }
+        for stage in dict.fromkeys(o[0] for o in outcomes):
+            wins = [o[1] for o in outcomes if o[0] == stage]
+            metrics[f"{metric_key_prefix}_{stage}_success_rate"] = sum(wins) / len(wins)
+        metrics[f"{metric_key_prefix}_runtime"] = round(time.perf_counter() - start, 4)
+        # GRPOTrainer.log adds the averaged metrics of the model's mode: in eval mode, those of eval rollouts (none)
+        was_training = self.model.training
+        self.model.eval()
+        self.log(metrics)
+        self.model.train(was_training)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def _evaluation_engine(self, model) -> RolloutEngine:
+        """The rollout engine of :meth:`evaluate`: greedy policy, greedy reflections (their own memo)."""
+        if self._eval_reflection is None and self.reflection is not None:
+            self._eval_reflection = with_reflection_cache(
+                self._reflection_player(0.0), self.args.reflection_cache_size
+            )
+        actor = PolicyActor(
+            model,
+            self._tokenizer,
+            self.option_head,
+            1.0,
+            greedy=True,
+            shared_prefix_min_tokens=self.args.shared_prefix_min_tokens,
+        )
+        if self._eval_engine is None:
+            self._eval_engine = RolloutEngine(
+                self.args.env_name,
+                actor,
+                self._eval_reflection,
+                env_kwargs=self.args.env_kwargs,
+                shuffle_options=self.args.shuffle_options,
+                max_prompt_length=self.args.max_prompt_length,
+            )
+        self._eval_engine.policy = actor
+        return self._eval_engine
+
     # ----------------------------------------------------------------------------------------------- the loss
     def _score_options(
         self,
@@ -897,6 +1002,27 @@ def tasks_to_dataset(tasks: list[Task]) -> Dataset:
     )
 
 
+def eval_tasks_dataset(args: ReflectPPOConfig) -> Dataset:
+    """The evaluation episodes of :meth:`ReflectPPOTrainer.evaluate`: ``eval_episodes_per_stage`` tasks of
+    ``eval_split`` per stage the run trains on, with the episode seeds `reflect-trl eval --seed eval_seed` uses."""
+    from reflect_trl.evaluation import stage_eval_tasks
+
+    env = make_env(args.env_name, **(args.env_kwargs or {}))
+    rows: dict[str, list] = {"task": [], "episode_seed": []}
+    for stage in args.curriculum_stages or list(env.stages):
+        tasks, seeds = stage_eval_tasks(
+            args.env_name,
+            args.env_kwargs,
+            args.eval_split,
+            args.eval_episodes_per_stage,
+            args.eval_seed,
+            stage,
+        )
+        rows["task"] += [json.dumps(t.to_dict()) for t in tasks]
+        rows["episode_seed"] += seeds
+    return Dataset.from_dict(rows)
+
+
 def build_train_tasks(args: ReflectPPOConfig) -> list[Task]:
     """``num_train_tasks`` training tasks for each stage the run trains on."""
     from reflect_trl.envs import make_env
@@ -947,6 +1073,7 @@ def run_rl(argv: list[str] | None = None) -> ReflectPPOTrainer:
             model=policy,
             args=args,
             train_dataset=tasks_to_dataset(build_train_tasks(args)),
+            eval_dataset=eval_tasks_dataset(args) if args.eval_strategy != "no" else None,
             processing_class=tokenizer,
             reflection_model=reflection_model,
             reflection_tokenizer=reflection_tokenizer,

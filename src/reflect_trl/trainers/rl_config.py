@@ -263,6 +263,21 @@ class ReflectPPOConfig(GRPOConfig):
     max_prompt_length: int | None = field(
         default=None, metadata={"help": "Left-truncate policy prompts to this."}
     )
+    # Evaluation during training (TrainingArguments' eval_strategy / eval_steps / eval_on_start /
+    # load_best_model_at_end): greedy episodes on held-out tasks, as `reflect-trl eval --decodings greedy`.
+    eval_episodes_per_stage: int = field(
+        default=100,
+        metadata={
+            "help": "Greedy episodes per stage of an evaluation during training (as `reflect-trl eval`)."
+        },
+    )
+    eval_split: str = field(default="validation", metadata={"help": "Task split of the evaluation episodes."})
+    eval_seed: int = field(
+        default=777, metadata={"help": "Seed of the evaluation tasks (`reflect-trl eval --seed`)."}
+    )
+    per_device_eval_batch_size: int = field(
+        default=64, metadata={"help": "Evaluation episodes each process plays in lock-step."}
+    )
     log_episodes_every: int = field(default=50, metadata={"help": "Every N rollouts, log sample episodes."})
     num_logged_episodes: int = field(default=2, metadata={"help": "Episodes per episode table."})
 
@@ -363,6 +378,15 @@ class ReflectPPOConfig(GRPOConfig):
             # outside the DDP module's forward, which the unused-parameter search would mark ready a second time.
             # (An MoE policy whose experts may go unused in a batch needs True, and then no value head.)
             self.ddp_find_unused_parameters = False
+        from reflect_trl.envs.base import SPLITS
+
+        if self.eval_split not in SPLITS:
+            raise ValueError(f"eval_split={self.eval_split!r}; choose one of {SPLITS}")
+        if self.eval_episodes_per_stage < 1:
+            raise ValueError(f"eval_episodes_per_stage must be >= 1, got {self.eval_episodes_per_stage}")
+        if self.load_best_model_at_end and self.metric_for_best_model is None:
+            # TrainingArguments would pick "loss", which this evaluation does not compute
+            self.metric_for_best_model = "success_rate"
         if self.reinforce_baseline not in ("none", "batch"):
             raise ValueError(f"reinforce_baseline={self.reinforce_baseline!r}; choose 'none' or 'batch'")
         if not 0.0 <= self.gamma <= 1.0:
