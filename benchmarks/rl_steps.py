@@ -11,6 +11,14 @@ GiGPO without the std scaling (docs/experiments.md §1):
     .venv/bin/python benchmarks/rl_steps.py --seed_dirs outputs/reproduce/taxi/seed_{0,1,2} --steps 300 \
         --name unscaled --output_dir outputs/bench/rl_unscaled_val -- --scale_rewards none
 
+The SFT anchor on each seed's own policy data (``{seed_dir}`` is replaced by the seed's folder), with the greedy
+`validation` curve of every 25 steps (evaluation during training):
+
+    .venv/bin/python benchmarks/rl_steps.py --seed_dirs outputs/reproduce/taxi/seed_{0,1,2} --steps 300 \
+        --name anchor1 --output_dir outputs/bench/rl_anchor_val -- --sft_anchor_coef 1 \
+        --sft_anchor_data {seed_dir}/data/taxi/policy_reflect_model --eval_strategy steps --eval_steps 25 \
+        --eval_on_start true --eval_episodes_per_stage 300
+
 -> ``<output_dir>/<name>_seed<s>/`` (the RL run; ``--name`` defaults to ``rl<steps>``),
 ``<output_dir>/eval_seed<s>/results.md``. The RL runs go two at a time (one thread each); a step whose output exists
 is skipped.
@@ -34,9 +42,10 @@ from reflection_memo import demo_config, rl_argv  # noqa: E402
 
 def rl_reflect_job(seed_dir: Path, steps: int, output_dir: Path, extra: list[str] | None = None) -> Job:
     """The seed's `rl_reflect` job as the demo built it, with ``steps`` RL steps into ``output_dir`` and the RL flags
-    ``extra`` appended (a later flag wins)."""
+    ``extra`` appended (a later flag wins; ``{seed_dir}`` in a flag stands for the seed's folder)."""
     argv = rl_argv(seed_dir, steps, output_dir, DEFAULT_REFLECTION_CACHE_SIZE)
-    return Job(output_dir.name, "rl", argv[4:] + list(extra or []))  # without "python -m reflect_trl.cli rl"
+    flags = [flag.replace("{seed_dir}", str(seed_dir)) for flag in extra or []]
+    return Job(output_dir.name, "rl", argv[4:] + flags)  # without "python -m reflect_trl.cli rl"
 
 
 def main(argv: list[str] | None = None) -> None:

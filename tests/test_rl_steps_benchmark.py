@@ -30,3 +30,11 @@ def test_a_variant_appends_its_rl_flags(tmp_path):
     job = bench.rl_reflect_job(seed_dir, 300, tmp_path / "unscaled_seed2", ["--scale_rewards", "none"])
     assert job.argv[-2:] == ["--scale_rewards", "none"]
     assert job.argv[job.argv.index("--max_steps") + 1] == "300"
+
+
+def test_seed_dir_in_a_flag_is_the_seeds_folder(tmp_path):
+    bench = load_benchmark("rl_steps")
+    seed_dir, _ = demo_seed_dir(tmp_path, 2)
+    extra = ["--sft_anchor_data", "{seed_dir}/data/taxi/policy_reflect_model"]
+    job = bench.rl_reflect_job(seed_dir, 300, tmp_path / "anchor_seed2", extra)
+    assert job.argv[-2:] == ["--sft_anchor_data", f"{seed_dir}/data/taxi/policy_reflect_model"]
