@@ -158,6 +158,36 @@ def test_load_best_model_at_end_restores_the_best_evaluated_checkpoint(tiny_mode
         assert torch.equal(a, b), name
 
 
+def test_load_best_model_at_end_can_keep_the_evaluated_start(tiny_model_dir, tmp_path):
+    """With eval_on_start the policy before RL competes too (Trainer alone only records checkpoints of steps > 0)."""
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path / "run",
+        max_steps=3,
+        eval_strategy="steps",
+        eval_steps=1,
+        eval_on_start=True,
+        save_strategy="steps",
+        save_steps=1,
+        load_best_model_at_end=True,
+        # the untrained policy crashes soonest: RL on DangerousTaxi lengthens its greedy episodes
+        metric_for_best_model="episode_length",
+        greater_is_better=False,
+    )
+    trainer.train()
+    lengths = {h["step"]: h["eval_episode_length"] for h in _evaluations(trainer)}
+    assert list(lengths) == [0, 1, 2, 3]
+    assert lengths[0] <= min(lengths.values()) < max(lengths.values()), (
+        lengths
+    )  # a tie keeps the earlier step
+    assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoint-0")
+    start = load_causal_lm(tiny_model_dir)
+    moved = load_causal_lm(str(tmp_path / "run" / "checkpoint-3"))
+    assert any(not torch.equal(a, b) for a, b in zip(start.parameters(), moved.parameters(), strict=True))
+    for (name, a), (_, b) in zip(start.named_parameters(), trainer.model.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
 def test_config_checks_the_evaluation_fields():
     args = ReflectPPOConfig(
         output_dir="unused",

@@ -712,7 +712,19 @@ class ReflectPPOTrainer(GRPOTrainer):
         self.log(metrics)
         self.model.train(was_training)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        if self.args.load_best_model_at_end and self.state.global_step == 0 and self.state.max_steps > 0:
+            self._start_competes_for_best(metrics)  # eval_on_start, inside train()
         return metrics
+
+    def _start_competes_for_best(self, metrics: dict[str, float]) -> None:
+        """With ``eval_on_start`` and ``load_best_model_at_end`` the policy before any update (the SFT checkpoint)
+        competes for the best model too. Trainer leaves that evaluation out of its best-metric bookkeeping and only
+        records checkpoints of steps > 0, so it would keep the last model even where RL made every one worse: the
+        start enters the bookkeeping here and is saved as ``checkpoint-0``."""
+        if self._determine_best_metric(metrics=metrics, trial=None):
+            start = Path(self._get_output_dir(trial=None)) / f"{PREFIX_CHECKPOINT_DIR}-0"
+            self.save_model(str(start), _internal_call=True)
+            self.state.best_model_checkpoint = str(start)
 
     def _evaluation_engine(self, model) -> RolloutEngine:
         """The rollout engine of :meth:`evaluate`: greedy policy, greedy reflections (their own memo)."""
