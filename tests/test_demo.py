@@ -317,3 +317,30 @@ def test_a_policy_preset_gives_the_policies_their_own_base_model_and_learning_ra
     ):
         with pytest.raises(UsageError, match=match):
             check_demo_config(bad)
+
+
+def test_rl_eval_steps_give_every_rl_run_its_greedy_validation_curve(tmp_path):
+    from reflect_trl.demo import check_demo_config, demo_jobs
+    from reflect_trl.errors import UsageError
+
+    cfg = DemoConfig(rl_eval_steps=25, rl_eval_episodes_per_stage=300)
+    check_demo_config(cfg)
+    jobs = demo_jobs(cfg, tmp_path / "base", tmp_path / "data", tmp_path / "runs")
+    for job in (j for j in jobs if j.command == "rl"):
+        flags = dict(zip(job.argv[::2], job.argv[1::2], strict=False))
+        assert flags["--eval_strategy"] == "steps" and flags["--eval_steps"] == "25"
+        assert flags["--eval_on_start"] == "true" and flags["--eval_episodes_per_stage"] == "300"
+    default = demo_jobs(DemoConfig(), tmp_path / "base", tmp_path / "data", tmp_path / "runs")
+    assert not any("--eval_strategy" in j.argv for j in default if j.command == "rl")  # off by default
+    with pytest.raises(UsageError, match="rl_eval_steps must be >= 0"):
+        check_demo_config(DemoConfig(rl_eval_steps=-1))
+    with pytest.raises(UsageError, match="rl_eval_episodes_per_stage must be >= 1"):
+        check_demo_config(DemoConfig(rl_eval_episodes_per_stage=0))
+
+    # a smoke demo: each RL run logs its evaluations, the demo draws them
+    out = tmp_path / "demo"
+    run_demo(replace(DemoConfig.smoke(str(out)), rl_eval_steps=1, rl_eval_episodes_per_stage=2))
+    for name in RL_RUNS:
+        history = json.loads((out / "runs" / name / "log_history.json").read_text())
+        assert [h["step"] for h in history if "eval_success_rate" in h] == [0, 1, 2, 3], name
+    assert (out / "eval_curves.png").stat().st_size > 0

@@ -84,6 +84,12 @@ class DemoConfig:
     # "failures") for every RL run; off by default -- no greedy gain measured with the tiny policy (§5)
     rl_exploration_epsilon: float = 0.0
     rl_task_sampling: str = "uniform"
+    # > 0: every RL run evaluates itself during training (ReflectPPOTrainer.evaluate) at its start and every
+    # rl_eval_steps steps, greedily, on rl_eval_episodes_per_stage `validation` episodes per stage (seed 777);
+    # the curves go to each run's log and to eval_curves.png. Off by default: one evaluation of 300 episodes per stage
+    # took 18-30 s here (docs/experiments.md §1).
+    rl_eval_steps: int = 0
+    rl_eval_episodes_per_stage: int = 100
     # "hf": RL and evaluation play the reflection models in their own processes; "openai": the demo starts a local
     # `transformers serve` (pip install -e '.[serve]') and RL / evaluation request the SFT'd reflection models from
     # it by path, as they would from vLLM / SGLang / TGI (docs/serving.md). Same prompts and stop marker.
@@ -314,6 +320,13 @@ def demo_jobs(
             argv += _flags(
                 sft_anchor_data=sft_dataset(cfg, policy, data), sft_anchor_coef=cfg.rl_sft_anchor_coef
             )
+        if cfg.rl_eval_steps > 0:  # the greedy validation curve of the run
+            argv += _flags(
+                eval_strategy="steps",
+                eval_steps=cfg.rl_eval_steps,
+                eval_on_start="true",
+                eval_episodes_per_stage=cfg.rl_eval_episodes_per_stage,
+            )
         if reflection and reflection_base_url:  # the served model is named by its path
             argv += _flags(reflection_backend="openai", reflection_base_url=reflection_base_url)
         if not curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
@@ -543,7 +556,13 @@ def job_label(job: Job) -> str:
 def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None):
     """Step 5: the held-out evaluation of the demo's runs, the learning curves and the success bars."""
     from reflect_trl.evaluation import evaluate
-    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_success_bars
+    from reflect_trl.plotting import (
+        eval_stages,
+        load_log_history,
+        plot_eval_curves,
+        plot_learning_curves,
+        plot_success_bars,
+    )
 
     out = Path(cfg.output_dir)
     runs = out / "runs"
@@ -557,6 +576,8 @@ def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None):
             if policy.startswith("rl_")
         }
         plots = [plot_learning_curves(curves, out / "learning_curves.png")]
+        if any(eval_stages(history) for history in curves.values()):  # rl_eval_steps > 0
+            plots.append(plot_eval_curves(curves, out / "eval_curves.png"))
         for decoding in cfg.eval_decodings:
             plots.append(
                 plot_success_bars(
@@ -711,6 +732,7 @@ def check_demo_config(cfg: DemoConfig) -> None:
         "rl_num_generations",
         "rl_num_iterations",
         "eval_episodes_per_stage",
+        "rl_eval_episodes_per_stage",
         "jobs",
     )
     if cfg.policy_reflections not in ("model", "oracle"):
@@ -732,6 +754,8 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(f"rl_task_sampling {cfg.rl_task_sampling!r}: choose one of {list(TASK_SAMPLINGS)}")
     if cfg.rl_sft_anchor_coef < 0:
         raise UsageError(f"rl_sft_anchor_coef must be >= 0, got {cfg.rl_sft_anchor_coef}")
+    if cfg.rl_eval_steps < 0:
+        raise UsageError(f"rl_eval_steps must be >= 0 (0: no evaluation during RL), got {cfg.rl_eval_steps}")
     for name in positive:
         if getattr(cfg, name) < 1:
             raise UsageError(f"{name} must be >= 1, got {getattr(cfg, name)}")

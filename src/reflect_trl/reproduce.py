@@ -18,7 +18,8 @@ then pooled:
 
 Outputs under ``outputs/reproduce/<env>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
 (the configuration x stage table, the comparisons, per-seed spread, wall times, the machine), ``success_by_seed.png``
-(pooled bars with every seed's rate as a dot) and ``learning_curves.png`` (every seed's RL curves), plus one
+(pooled bars with every seed's rate as a dot), ``learning_curves.png`` (every seed's RL curves) and, with
+``--rl_eval_steps``, ``eval_curves.png`` (every seed's greedy `validation` curves during RL), plus one
 ``seed_<s>/`` directory per seed with the demo's own outputs.
 """
 
@@ -475,7 +476,13 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
 
 
 def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
-    from reflect_trl.plotting import load_log_history, plot_learning_curves, plot_seed_bars
+    from reflect_trl.plotting import (
+        eval_stages,
+        load_log_history,
+        plot_eval_curves,
+        plot_learning_curves,
+        plot_seed_bars,
+    )
 
     plots = []
     for decoding in dict.fromkeys(r["decoding"] for r in summary["rows"]):
@@ -492,6 +499,9 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
                 curves[f"{run} seed {seed}"] = load_log_history(run_dir)
     if curves:
         plots.append(plot_learning_curves(curves, out / "learning_curves.png"))
+    evaluated = {name: history for name, history in curves.items() if eval_stages(history)}
+    if evaluated:  # rl_eval_steps > 0: the greedy validation curves of every seed's RL runs
+        plots.append(plot_eval_curves(evaluated, out / "eval_curves.png"))
     return plots
 
 
