@@ -24,5 +24,6 @@ if __name__ == "__main__":
         "steps": trainer.state.global_step,
         "process_group_torn_down": not torch.distributed.is_initialized(),  # run_rl tears it down
         "logged_keys": sorted(set().union(*(h.keys() for h in trainer.state.log_history))),
+        "evaluations": [h for h in trainer.state.log_history if "eval_success_rate" in h],
     }
     (Path(trainer.args.output_dir) / f"rank{rank}.json").write_text(json.dumps(record) + "\n")

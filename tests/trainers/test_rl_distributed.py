@@ -13,10 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.distributed
-@pytest.mark.parametrize("estimator", ["gae", "gigpo"])
-def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator):
-    out = tmp_path / "ddp"
+def _launch(model_dir: str, out: Path, *extra: str) -> list[dict]:
+    """`reflect-trl rl` in two gloo DDP processes (3 steps); each rank's record of ddp_rl_script.py."""
     cmd = [
         sys.executable,
         "-m",
@@ -25,9 +23,9 @@ def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator)
         str(ROOT / "recipes/accelerate_configs/cpu_ddp.yaml"),
         str(ROOT / "tests/trainers/ddp_rl_script.py"),
         "--model_name_or_path",
-        tiny_model_dir,
+        model_dir,
         "--reflection_model_name_or_path",
-        tiny_model_dir,
+        model_dir,
         "--output_dir",
         str(out),
         "--env_name",
@@ -54,13 +52,18 @@ def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator)
         "no",
         "--logging_steps",
         "1",
-        "--advantage_estimator",
-        estimator,
+        *extra,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("estimator", ["gae", "gigpo"])
+def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator):
+    records = _launch(tiny_model_dir, tmp_path / "ddp", "--advantage_estimator", estimator)
     assert all(r["world_size"] == 2 and "MULTI_CPU" in r["distributed_type"] for r in records), records
     assert records[0]["checksum"] == records[1]["checksum"]
     assert records[0]["stage"] == records[1]["stage"]
@@ -68,3 +71,34 @@ def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator)
     assert all(r["process_group_torn_down"] for r in records)
     expected = {"gae": "explained_variance", "gigpo": "gigpo/grouped_turn_share"}[estimator]
     assert expected in records[0]["logged_keys"], records[0]["logged_keys"]
+
+
+@pytest.mark.distributed
+def test_two_processes_share_the_evaluation_episodes(tiny_model_dir, tmp_path):
+    """Each rank plays half of the evaluation episodes; the gathered rates are those of one process playing all."""
+    from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
+
+    records = _launch(
+        tiny_model_dir,
+        tmp_path / "ddp",
+        *("--eval_strategy", "steps", "--eval_steps", "3", "--eval_on_start", "true"),
+        *("--eval_episodes_per_stage", "5", "--reflection_temperature", "1.0"),
+    )
+
+    def without_runtime(evaluations: list[dict]) -> list[dict]:
+        return [{k: v for k, v in h.items() if k != "eval_runtime"} for h in evaluations]
+
+    assert without_runtime(records[0]["evaluations"]) == without_runtime(records[1]["evaluations"])
+    start, end = records[0]["evaluations"]
+    assert (start["step"], end["step"]) == (0, 3)
+    # one process evaluating the same policy alone (the initial model at step 0, the saved one at step 3) plays the
+    # same episodes
+    settings = EvalSettings(
+        split="validation", seed=777, episodes_per_stage=5, decodings=["greedy"], reflection_max_new_tokens=4
+    )
+    for logged, policy in ((start, tiny_model_dir), (end, str(tmp_path / "ddp"))):
+        report = evaluate([EvalConfiguration("p", policy, tiny_model_dir)], settings, progress=False)
+        for result in report.results:
+            assert logged[f"eval_{result.stage}_success_rate"] == pytest.approx(result.success_rate)
+        lengths = sum(r.mean_length for r in report.results) / len(report.results)
+        assert logged["eval_episode_length"] == pytest.approx(lengths), policy
