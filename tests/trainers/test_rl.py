@@ -10,7 +10,12 @@ import torch
 from _policy_data import write_policy_rows
 from reflect_trl.envs import make_env
 from reflect_trl.models import load_causal_lm, load_tokenizer
-from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_to_dataset
+from reflect_trl.trainers.rl import (
+    ReflectPPOConfig,
+    ReflectPPOTrainer,
+    eval_tasks_dataset,
+    tasks_to_dataset,
+)
 
 STAGES = ("pickup", "dropoff", "full")
 
@@ -43,6 +48,7 @@ def _trainer(model_dir, out_dir, reflection=True, tasks=None, **overrides) -> Re
         model=load_causal_lm(model_dir),
         args=args,
         train_dataset=tasks_to_dataset(tasks if tasks is not None else _tasks()),
+        eval_dataset=eval_tasks_dataset(args) if args.eval_strategy != "no" else None,
         processing_class=load_tokenizer(model_dir),
         reflection_model=load_causal_lm(model_dir, trainable=False) if reflection else None,
     )

@@ -6,52 +6,45 @@ import json
 
 import pytest
 import torch
+from test_rl import _trainer as rl_trainer
 
-from reflect_trl.envs import Task, make_env
+from reflect_trl.envs import Task
 from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
-from reflect_trl.models import load_causal_lm, load_tokenizer
-from reflect_trl.trainers.rl import (
-    ReflectPPOConfig,
-    ReflectPPOTrainer,
-    eval_tasks_dataset,
-    tasks_to_dataset,
-)
+from reflect_trl.models import load_causal_lm
+from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, eval_tasks_dataset
 
 STAGES = ("pickup", "dropoff", "full")
 EPISODES = 4  # per stage
 
 
 def _trainer(model_dir, out_dir, **overrides) -> ReflectPPOTrainer:
-    kwargs = dict(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_steps=4,
+    """test_rl's tiny trainer, training its reflections sampled (the evaluation must read them greedily)."""
+    settings = dict(
         learning_rate=3e-3,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        reflection_max_new_tokens=6,
-        reflection_temperature=1.0,  # training samples its reflections; the evaluation must not
-        seed=0,
-        data_seed=0,
+        reflection_temperature=1.0,
         log_episodes_every=0,
         eval_episodes_per_stage=EPISODES,
     )
-    kwargs.update(overrides)
-    args = ReflectPPOConfig(**kwargs)
-    env = make_env("taxi")
-    tasks = [t for s in STAGES for t in env.make_tasks("train", 8, seed=0, difficulty=s)]
-    return ReflectPPOTrainer(
-        model=load_causal_lm(model_dir),
-        args=args,
-        train_dataset=tasks_to_dataset(tasks),
-        eval_dataset=eval_tasks_dataset(args) if args.eval_strategy != "no" else None,
-        processing_class=load_tokenizer(model_dir),
-        reflection_model=load_causal_lm(model_dir, trainable=False),
+    return rl_trainer(model_dir, out_dir, **{**settings, **overrides})
+
+
+def _best_model_run(model_dir, out_dir, **overrides) -> ReflectPPOTrainer:
+    """3 steps, evaluated and saved after each, keeping the best model by the greedy episode length (the untrained
+    tiny policy succeeds nowhere; its episode lengths do differ from step to step)."""
+    trainer = _trainer(
+        model_dir,
+        out_dir,
+        max_steps=3,
+        eval_strategy="steps",
+        eval_steps=1,
+        save_strategy="steps",
+        save_steps=1,
+        load_best_model_at_end=True,
+        metric_for_best_model="episode_length",
+        **overrides,
     )
+    trainer.train()
+    return trainer
 
 
 def _evaluations(trainer) -> list[dict]:
@@ -135,19 +128,7 @@ def test_evaluating_does_not_change_the_run(tiny_model_dir, tmp_path):
 
 
 def test_load_best_model_at_end_restores_the_best_evaluated_checkpoint(tiny_model_dir, tmp_path):
-    trainer = _trainer(
-        tiny_model_dir,
-        tmp_path / "run",
-        max_steps=3,
-        eval_strategy="steps",
-        eval_steps=1,
-        save_strategy="steps",
-        save_steps=1,
-        load_best_model_at_end=True,
-        # the untrained tiny policy succeeds nowhere; its greedy episode lengths do differ from step to step
-        metric_for_best_model="episode_length",
-    )
-    trainer.train()
+    trainer = _best_model_run(tiny_model_dir, tmp_path / "run")
     evals = _evaluations(trainer)
     assert len({h["eval_episode_length"] for h in evals}) > 1
     best = max(evals, key=lambda h: (h["eval_episode_length"], -h["step"]))  # the first of the longest
@@ -159,22 +140,9 @@ def test_load_best_model_at_end_restores_the_best_evaluated_checkpoint(tiny_mode
 
 
 def test_load_best_model_at_end_can_keep_the_evaluated_start(tiny_model_dir, tmp_path):
-    """With eval_on_start the policy before RL competes too (Trainer alone only records checkpoints of steps > 0)."""
-    trainer = _trainer(
-        tiny_model_dir,
-        tmp_path / "run",
-        max_steps=3,
-        eval_strategy="steps",
-        eval_steps=1,
-        eval_on_start=True,
-        save_strategy="steps",
-        save_steps=1,
-        load_best_model_at_end=True,
-        # the untrained policy crashes soonest: RL on DangerousTaxi lengthens its greedy episodes
-        metric_for_best_model="episode_length",
-        greater_is_better=False,
-    )
-    trainer.train()
+    """With eval_on_start the policy before RL competes too (Trainer alone only records checkpoints of steps > 0).
+    The untrained policy crashes soonest (RL on DangerousTaxi lengthens its greedy episodes): shortest is best here."""
+    trainer = _best_model_run(tiny_model_dir, tmp_path / "run", eval_on_start=True, greater_is_better=False)
     lengths = {h["step"]: h["eval_episode_length"] for h in _evaluations(trainer)}
     assert list(lengths) == [0, 1, 2, 3]
     assert lengths[0] <= min(lengths.values()) < max(lengths.values()), (
