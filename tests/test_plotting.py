@@ -51,7 +51,7 @@ def drawn(monkeypatch):
     """The (figure, axes) a plot function saved."""
     seen = {}
 
-    def save(fig, ax, path):
+    def save(fig, ax, path, **_):
         seen["fig"], seen["ax"] = fig, ax
         return path
 

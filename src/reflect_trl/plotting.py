@@ -96,12 +96,29 @@ def load_log_history(run_dir: str | Path) -> list[dict[str, Any]]:
     return json.loads(states[-1].read_text())["log_history"]
 
 
-def _save(fig, ax, path: str | Path) -> Path:
-    """Legend, layout, write the PNG (creating its folder) and free the figure."""
+def _save(fig, ax, path: str | Path, figure_legend: bool = False) -> Path:
+    """Legend (in ``ax``, or with ``figure_legend`` one for the figure, under its title), layout, write the PNG
+    (creating its folder) and free the figure."""
     import matplotlib.pyplot as plt
 
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    if figure_legend:  # the labelled lines of every panel, each label once
+        entries = dict(
+            (label, handle)
+            for a in fig.axes
+            for handle, label in zip(*a.get_legend_handles_labels(), strict=True)
+        )
+        fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.89),
+            ncol=4,
+            fontsize=8,
+        )
+        fig.tight_layout(rect=(0, 0, 1, 0.93))
+    else:
+        ax.legend(fontsize=8)
+        fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -349,7 +366,7 @@ def plot_eval_curves(
     stages = list(dict.fromkeys(s for history in runs.values() for s in eval_stages(history)))
     if not stages:
         raise ValueError("no run logged evaluations during training (eval_<stage>_success_rate)")
-    fig, axes = plt.subplots(1, len(stages), figsize=(3.4 * len(stages), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.4 * len(stages), 4.2), sharey=True, squeeze=False)
     reference = next((sp for sp in (stage_spans(h) for h in runs.values()) if len(sp) > 1), [])
     last_step = max(h["step"] for history in runs.values() for h in history if "step" in h)
     for ax, stage in zip(axes[0], stages, strict=True):
@@ -366,7 +383,7 @@ def plot_eval_curves(
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("greedy success rate")
     fig.suptitle(title + ("\n(shaded: the curriculum stage being trained)" if reference else ""), fontsize=10)
-    return _save(fig, axes[0][-1], path)
+    return _save(fig, axes[0][0], path, figure_legend=True)
 
 
 def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:

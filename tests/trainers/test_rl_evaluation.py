@@ -166,6 +166,14 @@ def test_config_checks_the_evaluation_fields():
     )
     # not TrainingArguments' "loss", which this evaluation does not compute
     assert args.metric_for_best_model == "success_rate" and args.greater_is_better
+    # one greedy episode per evaluation task: any group size trains with evaluations (GRPO's eval batch check)
+    ReflectPPOConfig(
+        output_dir="unused",
+        use_cpu=True,
+        num_generations=3,
+        per_device_train_batch_size=6,
+        eval_strategy="steps",
+    )
     with pytest.raises(ValueError, match="eval_episodes_per_stage must be >= 1, got 0"):
         ReflectPPOConfig(output_dir="unused", use_cpu=True, eval_episodes_per_stage=0)
     with pytest.raises(

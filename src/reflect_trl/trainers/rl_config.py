@@ -275,6 +275,10 @@ class ReflectPPOConfig(GRPOConfig):
     eval_seed: int = field(
         default=777, metadata={"help": "Seed of the evaluation tasks (`reflect-trl eval --seed`)."}
     )
+    num_generations_eval: int | None = field(
+        default=1,
+        metadata={"help": "Episodes per evaluation task: the greedy evaluation plays each task once."},
+    )
     per_device_eval_batch_size: int = field(
         default=64, metadata={"help": "Evaluation episodes each process plays in lock-step."}
     )
