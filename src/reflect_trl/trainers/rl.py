@@ -35,6 +35,7 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
 from torch import nn
+from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
@@ -199,9 +200,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         self.reflection = with_reflection_cache(
             self._reflection_player(args.reflection_temperature), args.reflection_cache_size
         )
-        # Evaluation during training reads greedy reflections through a memo of its own (built at first use).
-        self._eval_reflection: ReflectionPlayer | None = None
-        self._eval_engine: RolloutEngine | None = None
+        self._eval_engine: RolloutEngine | None = None  # evaluation during training (built at first use)
         self.replay = ReplayBuffer(
             args.replay_buffer_size or 1,
             seed=derive_seed(args.seed, "replay", self.accelerator.process_index),
@@ -706,11 +705,8 @@ class ReflectPPOTrainer(GRPOTrainer):
             wins = [o[1] for o in outcomes if o[0] == stage]
             metrics[f"{metric_key_prefix}_{stage}_success_rate"] = sum(wins) / len(wins)
         metrics[f"{metric_key_prefix}_runtime"] = round(time.perf_counter() - start, 4)
-        # GRPOTrainer.log adds the averaged metrics of the model's mode: in eval mode, those of eval rollouts (none)
-        was_training = self.model.training
-        self.model.eval()
-        self.log(metrics)
-        self.model.train(was_training)
+        # Trainer's log, not GRPOTrainer's: that one would add (and clear) the training rollouts' averaged metrics
+        Trainer.log(self, metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         if self.args.load_best_model_at_end and self.state.global_step == 0 and self.state.max_steps > 0:
             self._start_competes_for_best(metrics)  # eval_on_start, inside train()
@@ -727,11 +723,9 @@ class ReflectPPOTrainer(GRPOTrainer):
             self.state.best_model_checkpoint = str(start)
 
     def _evaluation_engine(self, model) -> RolloutEngine:
-        """The rollout engine of :meth:`evaluate`: greedy policy, greedy reflections (their own memo)."""
-        if self._eval_reflection is None and self.reflection is not None:
-            self._eval_reflection = with_reflection_cache(
-                self._reflection_player(0.0), self.args.reflection_cache_size
-            )
+        """The rollout engine of :meth:`evaluate`: greedy policy and greedy reflections. The reflections go through a
+        memo of their own: sharing the training memo would let an evaluation decide which reflections training
+        reads from the memo (and change its logged hit rate and checkpointed memo)."""
         actor = PolicyActor(
             model,
             self._tokenizer,
@@ -741,10 +735,15 @@ class ReflectPPOTrainer(GRPOTrainer):
             shared_prefix_min_tokens=self.args.shared_prefix_min_tokens,
         )
         if self._eval_engine is None:
+            reflection = None
+            if self.reflection is not None:
+                reflection = with_reflection_cache(
+                    self._reflection_player(0.0), self.args.reflection_cache_size
+                )
             self._eval_engine = RolloutEngine(
                 self.args.env_name,
                 actor,
-                self._eval_reflection,
+                reflection,
                 env_kwargs=self.args.env_kwargs,
                 shuffle_options=self.args.shuffle_options,
                 max_prompt_length=self.args.max_prompt_length,

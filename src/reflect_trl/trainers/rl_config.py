@@ -19,6 +19,7 @@ from reflect_trl import rl_math
 from reflect_trl.batching import DEFAULT_SHARED_PREFIX_MIN_TOKENS
 from reflect_trl.config_lists import parse_int_list, parse_list
 from reflect_trl.curriculum import TASK_SAMPLINGS, FailurePriorities
+from reflect_trl.envs.base import SPLITS
 from reflect_trl.prompts import parse_option_labels
 from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE
 from reflect_trl.trainers.ref_logps_memo import DEFAULT_REF_LOGPS_MEMO_SIZE
@@ -382,8 +383,6 @@ class ReflectPPOConfig(GRPOConfig):
             # outside the DDP module's forward, which the unused-parameter search would mark ready a second time.
             # (An MoE policy whose experts may go unused in a batch needs True, and then no value head.)
             self.ddp_find_unused_parameters = False
-        from reflect_trl.envs.base import SPLITS
-
         if self.eval_split not in SPLITS:
             raise ValueError(f"eval_split={self.eval_split!r}; choose one of {SPLITS}")
         if self.eval_episodes_per_stage < 1:
