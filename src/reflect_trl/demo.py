@@ -87,7 +87,7 @@ class DemoConfig:
     # > 0: every RL run evaluates itself during training (ReflectPPOTrainer.evaluate) at its start and every
     # rl_eval_steps steps, greedily, on rl_eval_episodes_per_stage `validation` episodes per stage (seed 777);
     # the curves go to each run's log and to eval_curves.png. Off by default: one evaluation of 300 episodes per stage
-    # took 18-30 s here (docs/experiments.md §1).
+    # took 9-41 s here, median 11-14 s (docs/experiments.md §1).
     rl_eval_steps: int = 0
     rl_eval_episodes_per_stage: int = 100
     # "hf": RL and evaluation play the reflection models in their own processes; "openai": the demo starts a local
