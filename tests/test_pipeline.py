@@ -149,3 +149,43 @@ def test_no_fork_server_with_cuda(monkeypatch):
     assert not fork_server_usable()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert fork_server_usable() == HAS_FORK_SERVER  # Linux only
+
+
+def test_sigterm_to_the_parent_stops_the_workers(tmp_path):
+    """`kill <parent>` (SIGTERM) stops the running jobs instead of leaving them to run on, and the parent exits with
+    the shell's status for SIGTERM. The job is a subprocess whose interpreter start (a ``sitecustomize`` on its
+    PYTHONPATH) records its pid and sleeps."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    site = tmp_path / "site"
+    site.mkdir()
+    pid_file = tmp_path / "job.pid"
+    (site / "sitecustomize.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    )
+    python_path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    driver = (
+        "from reflect_trl.pipeline import Job, run_jobs\n"
+        f"run_jobs([Job('long', 'envs', [], env={{'PYTHONPATH': {python_path!r}}})], workers=2, "
+        f"log_dir={str(tmp_path)!r}, fork_server=False)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", driver])
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job_pid = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+    with pytest.raises(ProcessLookupError):  # stopped and reaped by the parent, not left running
+        os.kill(job_pid, 0)
+
+
+def test_run_jobs_restores_the_sigterm_handler(tmp_path):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    run_jobs([Job("a", "envs", [])], workers=2, log_dir=tmp_path, fork_server=False)
+    assert signal.getsignal(signal.SIGTERM) is before

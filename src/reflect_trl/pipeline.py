@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +41,26 @@ class Job:
 
 class JobFailed(RuntimeError):
     """A job of the graph failed; the message names it and its log."""
+
+
+def _exit_on_sigterm(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)  # the shell's status for "killed by signal signum"
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While the block runs, SIGTERM (``kill``, a batch system's stop) raises ``SystemExit(143)`` in the main thread
+    instead of ending the process on the spot, so ``finally`` clauses run and stop the worker processes: without
+    it the workers (children of the fork server, or subprocesses) outlive a killed parent and keep the cores busy.
+    Outside the main thread (where Python cannot handle signals) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def check_graph(jobs: Sequence[Job]) -> None:
@@ -197,7 +219,7 @@ def run_jobs(
     more: that many worker processes at a time, their output in ``log_dir/<job>.log``, forked from a preloaded server
     (``fork_server``; default: :func:`fork_server_usable`) or else ``python -m reflect_trl.cli`` subprocesses.
     ``report(job, event, seconds)`` is called with ``"start"`` and ``"done"``. The first failure stops the others and
-    raises :class:`JobFailed`."""
+    raises :class:`JobFailed`; SIGTERM or Ctrl-C stops them too (``SystemExit(143)`` / ``KeyboardInterrupt``)."""
     check_graph(jobs)
     report = report or (lambda name, event, seconds: None)
     timings: dict[str, float] = {}
@@ -215,36 +237,37 @@ def run_jobs(
     for path in logs.values():
         path.parent.mkdir(parents=True, exist_ok=True)
     pending = list(jobs)
-    running: dict[str, tuple[_Worker, float]] = {}
     if fork_server is None:
         fork_server = fork_server_usable()
     context = _start_fork_server() if fork_server else None
-    try:
-        while pending or running:
-            ready = [j for j in pending if all(n in timings for n in j.needs)]
-            while ready and len(running) < workers:
-                job = ready.pop(0)
-                pending.remove(job)
-                argv = ["--no-progress", job.command, *job.argv]
-                worker = _Worker(context, argv, {**WORKER_ENV, **job.env}, logs[job.name])
-                running[job.name] = (worker, time.perf_counter())
-                report(job.name, "start", 0.0)
-            if not running:
-                raise JobFailed(f"jobs {[j.name for j in pending]} wait for jobs that never ran")
-            time.sleep(0.5)
-            for name, (worker, t0) in list(running.items()):
-                code = worker.returncode()
-                if code is None:
-                    continue
-                worker.close()
-                del running[name]
-                if code:
-                    raise JobFailed(f"job {name!r} failed with exit status {code}; see {logs[name]}")
-                timings[name] = time.perf_counter() - t0
-                report(name, "done", timings[name])
-    finally:
-        for worker, _ in running.values():
-            worker.stop()
+    running: dict[str, tuple[_Worker, float]] = {}
+    with _sigterm_raises():
+        try:
+            while pending or running:
+                ready = [j for j in pending if all(n in timings for n in j.needs)]
+                while ready and len(running) < workers:
+                    job = ready.pop(0)
+                    pending.remove(job)
+                    argv = ["--no-progress", job.command, *job.argv]
+                    worker = _Worker(context, argv, {**WORKER_ENV, **job.env}, logs[job.name])
+                    running[job.name] = (worker, time.perf_counter())
+                    report(job.name, "start", 0.0)
+                if not running:
+                    raise JobFailed(f"jobs {[j.name for j in pending]} wait for jobs that never ran")
+                time.sleep(0.5)
+                for name, (worker, t0) in list(running.items()):
+                    code = worker.returncode()
+                    if code is None:
+                        continue
+                    worker.close()
+                    del running[name]
+                    if code:
+                        raise JobFailed(f"job {name!r} failed with exit status {code}; see {logs[name]}")
+                    timings[name] = time.perf_counter() - t0
+                    report(name, "done", timings[name])
+        finally:
+            for worker, _ in running.values():
+                worker.stop()
     return timings
 
 
