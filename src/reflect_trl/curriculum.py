@@ -7,7 +7,8 @@ depth1 -> depth2 -> depth3). Promotion to the next stage happens either
 * ``schedule="success"``: when the success rate over the last ``window`` training episodes of the current
   stage reaches ``threshold`` (checked only once the window is full).
 
-Stages are sequential, as in the paper: each stage trains on its own tasks only. The curriculum state is
+Stages are sequential, as in the paper: each stage trains on its own tasks only (the RL trainer's
+``curriculum_mix_share`` draws a share of a rollout's tasks from the other stages). The curriculum state is
 plain data (``state_dict``) so trainers can checkpoint and restore it.
 """
 

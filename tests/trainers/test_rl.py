@@ -203,6 +203,41 @@ def test_curriculum_stage_advances_and_is_logged(tiny_model_dir, tmp_path):
     assert any("stage/full/success_rate" in h for h in trainer.state.log_history)
 
 
+def test_curriculum_mix_draws_a_share_from_the_other_stages(tiny_model_dir, tmp_path):
+    """curriculum_mix_share: each task of a rollout comes from another stage with that probability; the stage's
+    success is logged over its own episodes, the share of the others next to it."""
+    import random
+
+    from reflect_trl.seeding import derive_seed
+
+    sequential = _trainer(tiny_model_dir, tmp_path / "seq", reflection=False, max_steps=3)
+    expected_rng = random.Random(derive_seed(0, "tasks", 0))
+    pool = sequential._pools["pickup"]
+    assert sequential._draw_tasks(40) == [pool[expected_rng.randrange(len(pool))] for _ in range(40)]
+
+    mixed = _trainer(
+        tiny_model_dir, tmp_path / "mix", reflection=False, max_steps=3, curriculum_mix_share=0.5
+    )
+    drawn = [t.difficulty for t in mixed._draw_tasks(400)]
+    assert mixed.curriculum.stage == "pickup"
+    assert 0.4 < 1 - drawn.count("pickup") / 400 < 0.6
+    assert drawn.count("dropoff") > 50 and drawn.count("full") > 50
+    mixed.train()
+    history = mixed.state.log_history
+    assert len(_metric_series(history, "curriculum/other_stage_share")) == 3
+    assert _metric_series(history, "curriculum/stage") == [0.0, 1.0, 2.0]
+    assert not any("curriculum/other_stage_share" in h for h in sequential.state.log_history)
+
+
+def test_curriculum_mix_share_is_checked():
+    with pytest.raises(ValueError, match="curriculum_mix_share must be in \\[0, 1\\), got 1.0"):
+        ReflectPPOConfig(output_dir="/tmp/x", curriculum_mix_share=1.0, use_cpu=True, bf16=False)
+    with pytest.raises(ValueError, match="without one \\(curriculum: false\\)"):
+        ReflectPPOConfig(
+            output_dir="/tmp/x", curriculum_mix_share=0.2, curriculum=False, use_cpu=True, bf16=False
+        )
+
+
 def test_replay_buffer_fills_only_with_successes(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, replay_buffer_size=64, replay_samples=4)
     trainer.model.train()

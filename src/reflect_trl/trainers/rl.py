@@ -309,11 +309,26 @@ class ReflectPPOTrainer(GRPOTrainer):
         return [derive_seed(self.args.seed, rank, self._rollouts, g) for g in groups]
 
     def _draw_tasks(self, n_tasks: int) -> list[Task]:
-        pool = self._pools[self.curriculum.stage]
+        """A rollout's tasks: from the current stage's pool (uniformly or failure-prioritised), each drawn instead
+        from another stage's pool with probability ``curriculum_mix_share`` (uniform over those stages and tasks)."""
+        rng, stage = self._task_rng, self.curriculum.stage
+        others = [s for s in self.curriculum.stages if s != stage]
+        sources = [stage] * n_tasks
+        if self.args.curriculum_mix_share > 0 and others:
+            sources = [
+                rng.choice(others) if rng.random() < self.args.curriculum_mix_share else stage
+                for _ in sources
+            ]
+        pool, n_own = self._pools[stage], sources.count(stage)
         if self.task_priorities is None:
-            return [pool[self._task_rng.randrange(len(pool))] for _ in range(n_tasks)]
-        weights = self.task_priorities.weights(self._instance_keys[self.curriculum.stage])
-        return self._task_rng.choices(pool, weights=weights, k=n_tasks)
+            own = [pool[rng.randrange(len(pool))] for _ in range(n_own)]
+        else:
+            own = rng.choices(pool, weights=self.task_priorities.weights(self._instance_keys[stage]), k=n_own)
+        own_tasks = iter(own)
+        return [
+            next(own_tasks) if s == stage else self._pools[s][rng.randrange(len(self._pools[s]))]
+            for s in sources
+        ]
 
     def _turn_advantages(self, episodes: list[Episode]) -> tuple[list[list[float]], list[list[float]] | None]:
         """Per-turn advantages (and value targets for GAE), see ``reflect_trl.rl_math``."""
@@ -584,10 +599,13 @@ class ReflectPPOTrainer(GRPOTrainer):
                 ep.length,
                 ep.crashed,
                 keyer.instance_key(ep.task) if keyer else None,
+                ep.task.difficulty,
             )
             for ep in episodes
         ]
         everything = gather_object(local)
+        # The stage's own episodes (curriculum_mix_share draws some from the other stages).
+        own = [x for x in everything if not self.args.curriculum or x[5] == stage]
         stats = episode_metrics(episodes)
         metrics = self._metrics[mode]
         n = max(len(everything), 1)
@@ -595,7 +613,10 @@ class ReflectPPOTrainer(GRPOTrainer):
         metrics["env/return"].append(sum(x[1] for x in everything) / n)
         metrics["env/episode_length"].append(sum(x[2] for x in everything) / n)
         metrics["env/crash_rate"].append(sum(x[3] for x in everything) / n)
-        metrics[f"stage/{stage}/success_rate"].append(sum(x[0] for x in everything) / n)
+        if own:
+            metrics[f"stage/{stage}/success_rate"].append(sum(x[0] for x in own) / len(own))
+        if self.args.curriculum_mix_share > 0:
+            metrics["curriculum/other_stage_share"].append(1.0 - len(own) / n)
         for key in ("reflection_tokens", "reflection_stop_rate", "policy_entropy"):
             if key in stats:
                 metrics[f"rollout/{key}"].append(stats[key])
@@ -619,7 +640,7 @@ class ReflectPPOTrainer(GRPOTrainer):
             )
             self.task_priorities.update([(x[4], x[0]) for x in everything])
         if mode == "train" and self.curriculum.schedule == "success":
-            self._advance_curriculum([x[0] for x in everything])
+            self._advance_curriculum([x[0] for x in own])
         if self.args.log_episodes_every and self._rollouts % self.args.log_episodes_every == 0:
             self._log_episode_table(episodes[: self.args.num_logged_episodes])
 

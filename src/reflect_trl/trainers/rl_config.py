@@ -236,6 +236,13 @@ class ReflectPPOConfig(GRPOConfig):
         default=0.8, metadata={"help": "Success rate that promotes (success)."}
     )
     curriculum_window: int = field(default=64, metadata={"help": "Episodes in the success window (success)."})
+    curriculum_mix_share: float = field(
+        default=0.0,
+        metadata={
+            "help": "Share of a rollout's tasks drawn from the curriculum's other stages (uniformly), so a stage's "
+            "updates keep meeting the states of the stages it does not train (0 = sequential stages, the paper)."
+        },
+    )
     task_sampling: str = field(
         default="uniform",
         metadata={
@@ -334,6 +341,13 @@ class ReflectPPOConfig(GRPOConfig):
             raise ValueError(f"sft_anchor_samples must be >= 1 with an anchor, got {self.sft_anchor_samples}")
         if not 0.0 <= self.exploration_epsilon < 1.0:
             raise ValueError(f"exploration_epsilon must be in [0, 1), got {self.exploration_epsilon}")
+        if not 0.0 <= self.curriculum_mix_share < 1.0:
+            raise ValueError(f"curriculum_mix_share must be in [0, 1), got {self.curriculum_mix_share}")
+        if self.curriculum_mix_share > 0 and not self.curriculum:
+            raise ValueError(
+                f"curriculum_mix_share={self.curriculum_mix_share} mixes the stages of a curriculum; without one "
+                "(curriculum: false) every rollout already draws from every stage"
+            )
         if self.task_sampling not in TASK_SAMPLINGS:
             raise ValueError(f"task_sampling={self.task_sampling!r}; choose one of {TASK_SAMPLINGS}")
         # FailurePriorities checks its own ranges; building one here fails at parse time, naming the field.
