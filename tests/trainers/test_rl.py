@@ -216,17 +216,34 @@ def test_curriculum_mix_draws_a_share_from_the_other_stages(tiny_model_dir, tmp_
     assert sequential._draw_tasks(40) == [pool[expected_rng.randrange(len(pool))] for _ in range(40)]
 
     mixed = _trainer(
-        tiny_model_dir, tmp_path / "mix", reflection=False, max_steps=3, curriculum_mix_share=0.5
-    )
+        tiny_model_dir, tmp_path / "mix", reflection=False, max_steps=3, curriculum_mix_share=0.5,
+        per_device_train_batch_size=16,
+    )  # fmt: skip
     drawn = [t.difficulty for t in mixed._draw_tasks(400)]
     assert mixed.curriculum.stage == "pickup"
     assert 0.4 < 1 - drawn.count("pickup") / 400 < 0.6
     assert drawn.count("dropoff") > 50 and drawn.count("full") > 50
+
+    # Every episode of another stage "succeeds", none of the stage's own: the stage's success rate stays 0.
+    real_run = mixed._rollout_engine(mixed.model).run
+
+    def run_and_mark(tasks, seeds, groups):
+        episodes = real_run(tasks, seeds, groups)
+        for ep in episodes:
+            ep.success = ep.task.difficulty != mixed.curriculum.stage
+        return episodes
+
+    mixed._engine.run = run_and_mark
     mixed.train()
     history = mixed.state.log_history
-    assert len(_metric_series(history, "curriculum/other_stage_share")) == 3
+    others = _metric_series(history, "curriculum/other_stage_share")
+    assert len(others) == 3 and all(0.0 <= x <= 1.0 for x in others) and max(others) > 0
+    assert (
+        _metric_series(history, "env/success_rate") == others
+    )  # the others' episodes, and only they, succeed
+    stage_rates = [h[k] for h in history for k in h if k.startswith("stage/") and k.endswith("/success_rate")]
+    assert stage_rates and all(rate == 0.0 for rate in stage_rates)
     assert _metric_series(history, "curriculum/stage") == [0.0, 1.0, 2.0]
-    assert not any("curriculum/other_stage_share" in h for h in sequential.state.log_history)
 
 
 def test_curriculum_mix_share_is_checked():
