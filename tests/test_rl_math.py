@@ -16,6 +16,7 @@ from reflect_trl.rl_math import (
     returns_to_go,
     rloo_advantages,
     turn_losses,
+    weight_positive,
     whiten,
 )
 
@@ -269,3 +270,10 @@ def test_explained_variance_from_moments_matches_the_direct_one():
     d = returns - values
     got = explained_variance_from_moments(4, returns.sum(), (returns**2).sum(), d.sum(), (d**2).sum())
     assert got == pytest.approx(explained_variance(values, returns), rel=1e-5)
+
+
+def test_weight_positive_scales_only_the_positive_advantages():
+    a = torch.tensor([-1.5, -0.0, 0.0, 0.5, 2.0])
+    torch.testing.assert_close(weight_positive(a, 0.1), torch.tensor([-1.5, 0.0, 0.0, 0.05, 0.2]))
+    torch.testing.assert_close(weight_positive(a, 1.0), a)
+    torch.testing.assert_close(weight_positive(a, 0.0), torch.tensor([-1.5, 0.0, 0.0, 0.0, 0.0]))

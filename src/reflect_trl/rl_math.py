@@ -29,6 +29,10 @@ Advantage estimators (``advantage_estimator``):
       L_V = 1/2 * max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2)
 
 Optional whitening: A <- (A - mean(A)) / (std(A) + 1e-8).
+Optional down-weighting of positive advantages (Weighted-REINFORCE, Zhu et al. 2025, arXiv 2506.01347), after
+whitening:  A <- lambda_+ * A where A > 0, A unchanged where A <= 0  (``positive_advantage_weight`` lambda_+; 1 = off,
+0 = negative-sample reinforcement only: failing actions are pushed down, their probability flows to the others in
+proportion to their own, and the successful ones are not sharpened).
 
 The loss (:func:`turn_losses`, summed by the trainer over the real turns of an accumulation window):
 
@@ -211,6 +215,11 @@ def whiten(values: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     if values.numel() < 2:
         return values - values.mean()
     return (values - values.mean()) / (values.std() + eps)
+
+
+def weight_positive(values: torch.Tensor, weight: float) -> torch.Tensor:
+    """Weighted-REINFORCE: positive advantages times ``weight``, the others as they are."""
+    return torch.where(values > 0, values * weight, values)
 
 
 # ----------------------------------------------------------------------------------------------------- the loss

@@ -255,6 +255,26 @@ def test_curriculum_mix_share_is_checked():
         )
 
 
+def test_positive_advantage_weight_scales_the_positive_advantages(tiny_model_dir, tmp_path):
+    """Weighted-REINFORCE: the same rollout with positive_advantage_weight 0.25 carries the positive advantages
+    times 0.25 and the others unchanged."""
+    batches = []
+    for weight in (1.0, 0.25):
+        trainer = _trainer(
+            tiny_model_dir, tmp_path / str(weight), reflection=False, positive_advantage_weight=weight
+        )
+        trainer.model.train()
+        batches.append(trainer._generate_and_score_completions([{}] * 8))
+    plain, weighted = batches
+    real = plain["turn_mask"] == 1
+    torch.testing.assert_close(plain["option"], weighted["option"])  # the same episodes
+    a, w = plain["advantages"][real], weighted["advantages"][real]
+    assert (a > 0).any() and (a < 0).any()
+    torch.testing.assert_close(w, torch.where(a > 0, 0.25 * a, a))
+    with pytest.raises(ValueError, match="positive_advantage_weight must be in \\[0, 1\\], got 2.0"):
+        ReflectPPOConfig(output_dir="/tmp/x", positive_advantage_weight=2.0, use_cpu=True, bf16=False)
+
+
 def test_replay_buffer_fills_only_with_successes(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, reflection=False, replay_buffer_size=64, replay_samples=4)
     trainer.model.train()

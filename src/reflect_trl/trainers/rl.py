@@ -414,6 +414,13 @@ class ReflectPPOTrainer(GRPOTrainer):
             whitened = rl_math.whiten(torch.tensor([r["advantage"] for r in rows], dtype=torch.float32))
             for r, a in zip(rows, whitened.tolist(), strict=True):
                 r["advantage"] = a
+        if self.args.positive_advantage_weight != 1.0 and rows:
+            weighted = rl_math.weight_positive(
+                torch.tensor([r["advantage"] for r in rows], dtype=torch.float32),
+                self.args.positive_advantage_weight,
+            )
+            for r, a in zip(rows, weighted.tolist(), strict=True):
+                r["advantage"] = a
 
         # Self-imitation replay of successful turns (sampled before this rollout's successes are added). A
         # replayed turn's advantage is the constant replay_weight (after whitening), whatever the estimator.

@@ -199,6 +199,13 @@ class ReflectPPOConfig(GRPOConfig):
     )
     reinforce_baseline: str = field(default="batch", metadata={"help": "REINFORCE baseline: none | batch"})
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages over the batch."})
+    positive_advantage_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "Multiplies positive advantages (after whitening): Weighted-REINFORCE's lambda (arXiv 2506.01347; "
+            "0.1 there, 0 = negative samples only); 1 = off."
+        },
+    )
     vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
     value_clip: float = field(default=0.2, metadata={"help": "Value clipping range (gae)."})
     replay_buffer_size: int = field(
@@ -341,6 +348,10 @@ class ReflectPPOConfig(GRPOConfig):
             raise ValueError(f"sft_anchor_samples must be >= 1 with an anchor, got {self.sft_anchor_samples}")
         if not 0.0 <= self.exploration_epsilon < 1.0:
             raise ValueError(f"exploration_epsilon must be in [0, 1), got {self.exploration_epsilon}")
+        if not 0.0 <= self.positive_advantage_weight <= 1.0:
+            raise ValueError(
+                f"positive_advantage_weight must be in [0, 1], got {self.positive_advantage_weight}"
+            )
         if not 0.0 <= self.curriculum_mix_share < 1.0:
             raise ValueError(f"curriculum_mix_share must be in [0, 1), got {self.curriculum_mix_share}")
         if self.curriculum_mix_share > 0 and not self.curriculum:
