@@ -392,6 +392,24 @@ def test_resume_reproduces_uninterrupted_run(
                 assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6), (key, g, w)
 
 
+def test_adaptive_entropy_state_survives_a_resume(tiny_model_dir, tmp_path):
+    """The controller moves c_H once per optimizer step; its state is saved with a checkpoint (GRPOTrainer's hook)
+    and read back on resume, so the resumed run continues from 0.02, not from the initial 0."""
+    common = dict(
+        reflection=False, curriculum=False, use_adaptive_entropy=True, entropy_coef=0.0, entropy_coef_delta=0.01,
+        entropy_target=10.0, save_strategy="steps", save_steps=2,
+    )  # fmt: skip
+    first = _trainer(tiny_model_dir, tmp_path, max_steps=2, **common)
+    first.train()
+    assert first.entropy_coef == pytest.approx(0.02)  # entropy below the target at both steps
+    saved = json.loads((tmp_path / "checkpoint-2" / "entropy_ctrl_state.json").read_text())
+    assert saved["entropy_coef"] == pytest.approx(0.02)
+    resumed = _trainer(tiny_model_dir, tmp_path, max_steps=3, **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.entropy_coef == pytest.approx(0.03)
+    assert _metric_series(resumed.state.log_history, "entropy_coef") == [0.01, 0.02, 0.03]  # history kept
+
+
 def test_config_rejects_unknown_estimator():
     with pytest.raises(ValueError, match="advantage_estimator"):
         ReflectPPOConfig(output_dir="/tmp/x", advantage_estimator="ppo2", use_cpu=True, bf16=False)

@@ -166,6 +166,35 @@ def test_kl_and_entropy_terms(tiny_model_dir, tmp_path):
     assert "kl" in trainer._metrics["train"]
 
 
+@pytest.mark.parametrize(("target", "applied"), [(10.0, True), (0.0, False)])
+def test_adaptive_entropy_control(tiny_model_dir, tmp_path, target, applied):
+    """use_adaptive_entropy (GRPOTrainer's Skywork-OR1 controller) on the option entropy: no bonus before the first
+    measurement; after each optimizer step c_H moves by entropy_coef_delta (up while the step's mean entropy is at
+    or below entropy_target, down to entropy_coef_min otherwise) and applies only while entropy <= target."""
+    trainer = make_trainer(
+        tiny_model_dir, tmp_path, use_adaptive_entropy=True, entropy_coef=0.05, entropy_coef_delta=0.02,
+        entropy_coef_min=0.01, entropy_target=target,
+    )  # fmt: skip
+    trainer.model.train()
+    batch = hand_batch(trainer._tokenizer, n_rows=5, n_real=4, seed=4)
+    trainer._set_window_counts([[batch]])
+    logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
+    loss = trainer.compute_loss(trainer.model, batch)  # outside an accumulation window: a step boundary
+    assert loss.item() == pytest.approx(hand_objective(logp, entropy, batch).item(), rel=1e-5, abs=1e-6)
+    assert trainer._last_world_entropy == pytest.approx(entropy[:4].mean().item(), rel=1e-5)
+    assert trainer.entropy_coef == pytest.approx(0.07 if applied else 0.03)
+    loss = trainer.compute_loss(trainer.model, batch)
+    coef = 0.07 if applied else 0.0
+    expected = hand_objective(logp, entropy, batch, ent_coef=coef)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+    assert trainer.entropy_coef == pytest.approx(
+        0.09 if applied else 0.01
+    )  # bounded below by entropy_coef_min
+    assert trainer._metrics["train"]["entropy_coef"] == pytest.approx(
+        [0.07, 0.09] if applied else [0.03, 0.01]
+    )
+
+
 def test_value_loss_is_the_clipped_one_over_value_turns(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path, advantage_estimator="gae", vf_coef=0.5, value_clip=0.2)
     trainer.model.train()

@@ -889,7 +889,7 @@ class ReflectPPOTrainer(GRPOTrainer):
         )
         world = self.accelerator.num_processes
         mask, anchor = _split_turn_masks(inputs)
-        per_turn = terms.policy - args.entropy_coef * terms.entropy
+        per_turn = terms.policy - self._entropy_coefficient() * terms.entropy
         if terms.kl is not None:
             per_turn = per_turn + self.beta * terms.kl
         loss = (per_turn * mask).sum() * world / inputs["window_turns"].clamp(min=1.0)
@@ -907,6 +907,8 @@ class ReflectPPOTrainer(GRPOTrainer):
             accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * scores.aux_loss / accumulation
         self._log_loss_metrics(mode, inputs, scores, terms)
+        if self.use_adaptive_entropy and mode == "train":
+            self._update_entropy_controller(terms.entropy, mask)
         # Stop every process together on a non-finite loss (a lone raise would hang the others in all-reduce).
         bad = torch.tensor(0.0 if torch.isfinite(loss).all() else 1.0, device=loss.device)
         if self.accelerator.reduce(bad, reduction="sum").item() > 0:
@@ -915,6 +917,35 @@ class ReflectPPOTrainer(GRPOTrainer):
                 f"(curriculum stage {self.curriculum.stage!r}); lower the learning rate or check the rewards"
             )
         return loss
+
+    def _entropy_coefficient(self) -> float:
+        """c_H of this optimizer step: ``entropy_coef``; with ``use_adaptive_entropy`` (Skywork-OR1, arXiv 2505.22312,
+        GRPOTrainer's option) the controlled coefficient, applied only while the previous step's mean option entropy
+        was at or below ``entropy_target`` (none before the first measurement)."""
+        if not self.use_adaptive_entropy:
+            return self.args.entropy_coef
+        return self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
+
+    def _update_entropy_controller(self, entropy: torch.Tensor, mask: torch.Tensor) -> None:
+        """Adaptive entropy control on GRPOTrainer's state (``entropy_coef``, ``_last_world_entropy``, saved and restored
+        by its checkpoint hooks): sums the option entropy of the window's real turns; at the optimizer-step boundary
+        the mean over all processes moves c_H by ``entropy_coef_delta``, up while it is at or below
+        ``entropy_target``, down otherwise, within [``entropy_coef_min``, ``entropy_coef_max``]."""
+        args = self.args
+        stats = torch.stack([(entropy.detach().float() * mask).sum(), mask.sum()])
+        window = self._entropy_window_stats
+        self._entropy_window_stats = stats if window is None else window + stats
+        if not self.accelerator.sync_gradients:
+            return
+        total, count = self.accelerator.reduce(self._entropy_window_stats, reduction="sum").tolist()
+        self._entropy_window_stats = None
+        mean_entropy = total / max(count, 1.0)
+        if mean_entropy <= args.entropy_target:
+            self.entropy_coef = min(self.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max)
+        else:
+            self.entropy_coef = max(self.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min)
+        self._last_world_entropy = mean_entropy
+        self._metrics["train"]["entropy_coef"].append(self.entropy_coef)
 
     def _log_loss_metrics(
         self, mode: str, inputs: dict[str, Any], scores: OptionScores, terms: rl_math.TurnLosses

@@ -44,7 +44,6 @@ _UNSUPPORTED_GRPO_OPTIONS: tuple[tuple[str, object, str], ...] = (
     ),
     ("off_policy_mask_threshold", None, "not implemented by the turn-level PPO loss"),
     ("delta", None, "two-sided ratio clipping is not implemented by the turn-level PPO loss"),
-    ("use_adaptive_entropy", False, "use a fixed entropy_coef"),
     ("mask_truncated_completions", False, "completions are single option labels and are never truncated"),
     ("log_completions", False, "episodes are written by log_episodes_every / num_logged_episodes"),
     ("top_k", 0, "the policy samples over the offered options at `temperature`; top-k is not applied"),
