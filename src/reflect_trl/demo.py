@@ -557,9 +557,8 @@ def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None):
     """Step 5: the held-out evaluation of the demo's runs, the learning curves and the success bars."""
     from reflect_trl.evaluation import evaluate
     from reflect_trl.plotting import (
-        eval_stages,
         load_log_history,
-        plot_eval_curves,
+        plot_eval_curves_if_logged,
         plot_learning_curves,
         plot_success_bars,
     )
@@ -576,8 +575,7 @@ def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None):
             if policy.startswith("rl_")
         }
         plots = [plot_learning_curves(curves, out / "learning_curves.png")]
-        if any(eval_stages(history) for history in curves.values()):  # rl_eval_steps > 0
-            plots.append(plot_eval_curves(curves, out / "eval_curves.png"))
+        plots += plot_eval_curves_if_logged(curves, out / "eval_curves.png")  # rl_eval_steps > 0
         for decoding in cfg.eval_decodings:
             plots.append(
                 plot_success_bars(

@@ -386,6 +386,15 @@ def plot_eval_curves(
     return _save(fig, axes[0][0], path, figure_legend=True)
 
 
+def plot_eval_curves_if_logged(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path
+) -> list[Path]:
+    """``[plot_eval_curves(runs, path)]`` when any run evaluated during training, else ``[]`` (nothing to draw)."""
+    if not any(eval_stages(history) for history in runs.values()):
+        return []
+    return [plot_eval_curves(runs, path)]
+
+
 def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:
     """``reflect-trl plot --runs name=outputs/x/rl,... --eval outputs/eval/results.json --output_dir outputs/plots``"""
     from reflect_trl.errors import UsageError
@@ -444,8 +453,7 @@ def plot_cli(argv: Sequence[str] | None = None) -> list[Path]:
                 mark_stages=not args.no_stages,
             )
         )
-    if any(eval_stages(history) for history in runs.values()):
-        written.append(plot_eval_curves(runs, Path(args.output_dir) / "eval_curves.png"))
+    written += plot_eval_curves_if_logged(runs, Path(args.output_dir) / "eval_curves.png")
     if results is not None:
         written.append(
             plot_success_bars(results, Path(args.output_dir) / "success_bars.png", decoding=args.decoding)

@@ -477,9 +477,8 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
 
 def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
     from reflect_trl.plotting import (
-        eval_stages,
         load_log_history,
-        plot_eval_curves,
+        plot_eval_curves_if_logged,
         plot_learning_curves,
         plot_seed_bars,
     )
@@ -499,9 +498,8 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
                 curves[f"{run} seed {seed}"] = load_log_history(run_dir)
     if curves:
         plots.append(plot_learning_curves(curves, out / "learning_curves.png"))
-    evaluated = {name: history for name, history in curves.items() if eval_stages(history)}
-    if evaluated:  # rl_eval_steps > 0: the greedy validation curves of every seed's RL runs
-        plots.append(plot_eval_curves(evaluated, out / "eval_curves.png"))
+    # rl_eval_steps > 0: the greedy validation curves of every seed's RL runs, coloured as in learning_curves.png
+    plots += plot_eval_curves_if_logged(curves, out / "eval_curves.png")
     return plots
 
 

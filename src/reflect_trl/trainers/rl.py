@@ -410,16 +410,14 @@ class ReflectPPOTrainer(GRPOTrainer):
                         "anchor": False,
                     }
                 )
-        if self.args.whiten_advantages and rows:
-            whitened = rl_math.whiten(torch.tensor([r["advantage"] for r in rows], dtype=torch.float32))
-            for r, a in zip(rows, whitened.tolist(), strict=True):
-                r["advantage"] = a
-        if self.args.positive_advantage_weight != 1.0 and rows:
-            weighted = rl_math.weight_positive(
-                torch.tensor([r["advantage"] for r in rows], dtype=torch.float32),
-                self.args.positive_advantage_weight,
-            )
-            for r, a in zip(rows, weighted.tolist(), strict=True):
+        weight = self.args.positive_advantage_weight
+        if rows and (self.args.whiten_advantages or weight != 1.0):
+            advantages = torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)
+            if self.args.whiten_advantages:
+                advantages = rl_math.whiten(advantages)
+            if weight != 1.0:  # Weighted-REINFORCE, after whitening
+                advantages = rl_math.weight_positive(advantages, weight)
+            for r, a in zip(rows, advantages.tolist(), strict=True):
                 r["advantage"] = a
 
         # Self-imitation replay of successful turns (sampled before this rollout's successes are added). A
