@@ -20,24 +20,28 @@ LAUNCH = $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) --num_
 # Where the recipes of $(RECIPES) write (recipes/taxi/cpu -> outputs/taxi/cpu)
 OUTPUTS ?= outputs/$(patsubst recipes/%,%,$(RECIPES))
 ROLE ?= policy
-# `make demo` writes outputs/demo (DangerousTaxi) or outputs/demo_<env> for ENV=auto_explore, textworld, ...
-DEMO_DIR ?= outputs/demo$(if $(filter-out taxi,$(ENV)),_$(ENV))
+# strict (this project's data, greedy reflections in RL) or paper (the authors' Taxi data, both players sampled)
+PROTOCOL ?= strict
+# `make demo` writes outputs/demo (DangerousTaxi) or outputs/demo_<env> for ENV=auto_explore, textworld, ...;
+# PROTOCOL=paper adds -paper
+DEMO_DIR ?= outputs/demo$(if $(filter-out taxi,$(ENV)),_$(ENV))$(if $(filter-out strict,$(PROTOCOL)),-$(PROTOCOL))
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install install-extras test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce bench clean
+.PHONY: help install install-extras test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce bench gpu-check gpu-wheels clean
 
 help:
 	@echo "make install          create $(VENV), torch 2.13 first, then reflect-trl[dev] (CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
 	@echo "make test             default test suite (no slow tests)"
 	@echo "make demo             the whole method end to end on tiny models -> outputs/demo/ (ENV=auto_explore -> outputs/demo_auto_explore/)"
-	@echo "make reproduce        the demo for SEEDS (default 0 1 2): pooled table + paired comparisons -> outputs/reproduce/<env>/"
+	@echo "make reproduce        the demo for SEEDS (default 0-4): pooled table + comparisons -> outputs/reproduce/<env>-<protocol>/ (PROTOCOL=strict|paper)"
 	@echo "make tiny             build the tiny offline models under models/"
 	@echo "make data ENV=taxi    SFT datasets with negative examples -> data/<env>/"
 	@echo "make sft ROLE=policy|reflection|plain ENV=taxi    SFT warm-up (recipe $(RECIPES)/sft_<role>.yaml)"
 	@echo "make rl ENV=taxi      online RL (recipe $(RECIPES)/rl.yaml; ACCELERATE_CONFIG=... for DDP/ZeRO/FSDP)"
 	@echo "make rl-plain         the no-reflection baseline (same recipe from sft_plain, no reflection model)"
 	@echo "make eval / plot / bench / lint"
+	@echo "make gpu-check        on a CUDA machine (~8 min): pytest -m cuda, real-size RL step timings, the TRL GRPO anchor -> outputs/gpu_check/ (ARGS=--dry-run: CPU, tiny shapes)"
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -102,15 +106,35 @@ plot:
 	$(PY) -m reflect_trl.cli plot $(ARGS)
 
 demo:
-	$(PY) -m reflect_trl.cli demo --env_name $(ENV) --output_dir $(DEMO_DIR) $(ARGS)
+	$(PY) -m reflect_trl.cli demo --env_name $(ENV) --output_dir $(DEMO_DIR) --protocol $(PROTOCOL) $(ARGS)
 
-# the demo for SEEDS, pooled evaluation and paired comparisons -> outputs/reproduce/$(ENV)/
-SEEDS ?= 0 1 2
+# the demo for SEEDS, pooled evaluation and paired comparisons -> outputs/reproduce/$(ENV)-$(PROTOCOL)/
+SEEDS ?= 0 1 2 3 4
 reproduce:
-	$(PY) -m reflect_trl.cli reproduce --env_name $(ENV) --seeds $(SEEDS) $(ARGS)
+	$(PY) -m reflect_trl.cli reproduce --env_name $(ENV) --seeds $(SEEDS) --protocol $(PROTOCOL) $(ARGS)
 
 bench:
 	$(PY) benchmarks/rollout_throughput.py $(ARGS)
+
+# The GPU check (benchmarks/gpu_check.py): the CUDA tests, GPT-2-XL- and Llama-1B-shaped RL steps split into their
+# parts, and stock TRL GRPO on the same shapes, in about 8 minutes; writes gpu_check.json / .md, exits 1 on any failure.
+# GPU_PY=python3 runs it with another interpreter (a machine whose torch is its own: see `make gpu-wheels`).
+GPU_CHECK_DIR ?= outputs/gpu_check
+GPU_PY ?= $(PY)
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py --output_dir $(GPU_CHECK_DIR) $(ARGS)
+
+# Wheels of the pinned packages a CUDA image with its own torch may lack (Python $(WHEEL_PYTHON), x86_64) -> $(WHEEL_DIR)/;
+# there: pip install --no-index --no-deps --target /tmp/site $(WHEEL_DIR)/*.whl, then PYTHONPATH=src:/tmp/site
+# (docs/performance.md, "GPU").
+WHEEL_DIR ?= .whl
+WHEEL_PYTHON ?= 3.12
+GPU_WHEELS ?= trl==1.16.0 transformers==5.24.0 peft==0.21.2 datasets==5.2.0 bitsandbytes==0.50.2 gymnasium==1.4.0 \
+	farama-notifications==0.0.4 dill==0.4.1 multiprocess==0.70.19
+gpu-wheels:
+	$(PIP) download --no-deps --only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform any -d $(WHEEL_DIR) $(GPU_WHEELS)
 
 clean:
 	rm -rf outputs wandb .pytest_cache .ruff_cache

@@ -39,17 +39,14 @@ from typing import Any
 
 import torch
 
+# the rollout benchmark beside this script (its forgiving taxi, task set, players, stopwatch)
+import rollout_throughput as rt
+from reflect_trl.reflection.model import ReflectionModel
+from reflect_trl.reflection.remote import RemoteReflectionModel
+from reflect_trl.reflection.serve import LOOPBACK, free_port, serve_command, serve_env, stop_server
+from reflect_trl.rollout import PolicyActor, RolloutEngine
+
 ROOT = Path(__file__).resolve().parents[1]
-# The rollout benchmark (its forgiving taxi, task set, players, stopwatch) and the test servers are not part of
-# the installed package: they are imported from the checkout.
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests" / "reflection")]
-
-from _openai_server import free_port, transformers_serve  # noqa: E402
-
-import rollout_throughput as rt  # noqa: E402
-from reflect_trl.reflection.model import ReflectionModel  # noqa: E402
-from reflect_trl.reflection.remote import RemoteReflectionModel  # noqa: E402
-from reflect_trl.rollout import PolicyActor, RolloutEngine  # noqa: E402
 
 BACKENDS = ("in-process", "batched", "batched-list", "transformers-serve")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -111,14 +108,44 @@ def stdlib_server(model_dir: str, threads: int, start_timeout: float = 120.0) ->
         process.wait(timeout=10)
 
 
+def wait_healthy(port: int, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Wait until the server on ``port`` answers ``/health`` (raises if it exits or times out)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=1.0) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"transformers serve exited with status {process.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"transformers serve not up after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 @contextmanager
 def serve(model_dir: str, threads: int) -> Iterator[Server]:
     """``transformers serve`` in a subprocess (OMP threads = ``threads``)."""
     previous = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
-        with transformers_serve(Path(model_dir)) as srv:
-            yield Server(srv.base_url, model_dir, srv.process.pid)
+        port = free_port()
+        process = subprocess.Popen(
+            serve_command(port, model_dir, "cpu"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=serve_env(),
+        )
+        try:
+            wait_healthy(port, process)
+            yield Server(f"http://{LOOPBACK}:{port}/v1", model_dir, process.pid)
+        finally:
+            stop_server(process)
     finally:
         if previous is None:
             os.environ.pop("OMP_NUM_THREADS", None)

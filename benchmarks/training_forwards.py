@@ -3,7 +3,7 @@
 Times the trainers' own code paths on real DangerousTaxi prompts of one policy checkpoint, each setting on the same
 batches, one torch thread, medians of ``--repeats`` after a warm-up:
 
-* RL: ``ReflectPPOTrainer._score_options`` — a no-grad scoring forward (old / reference log-probs) and the loss
+* RL: ``ReflectPPOTrainer._option_scores`` — a no-grad scoring forward (old / reference log-probs) and the loss
   forward + backward — over micro-batches of ``--batch_size`` turn prompts of one curriculum stage;
 * SFT: ``ReflectSFTTrainer.compute_loss`` forward + backward on the policy and the reflection SFT data, batches of
   ``--batch_size`` rows drawn from all stages (as the SFT runs draw them);
@@ -23,21 +23,20 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from reflect_trl.batching import left_pad  # noqa: E402
-from reflect_trl.envs import make_env  # noqa: E402
-from reflect_trl.models import load_causal_lm, load_tokenizer  # noqa: E402
-from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_to_dataset  # noqa: E402
-from reflect_trl.trainers.sft import ReflectSFTConfig, ReflectSFTTrainer  # noqa: E402
+from reflect_trl.batching import left_pad
+from reflect_trl.envs import make_env
+from reflect_trl.models import load_causal_lm, load_tokenizer
+from reflect_trl.trainers.rl_config import ReflectPPOConfig
+from reflect_trl.trainers.rl_tasks import tasks_to_dataset
+from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
+from reflect_trl.trainers.sft_config import ReflectSFTConfig
+from reflect_trl.trainers.sft_trainer import ReflectSFTTrainer
 
 SETTINGS = {"shared prefix": 16, "plain": 0}
 
@@ -86,16 +85,20 @@ def rl_forwards(model_dir: Path, data: Path, batch_size: int, repeats: int, out:
     params = [p for p in model.parameters() if p.requires_grad]
     result: dict[str, Any] = {"prompt_tokens_mean": float(mask.sum(-1).float().mean()), "settings": {}}
     outputs = {}
+    batch = {"prompt_ids": ids, "prompt_mask": mask, "num_options": num_options}
     for name, min_tokens in SETTINGS.items():
         trainer.args.shared_prefix_min_tokens = min_tokens
 
+        def chosen(table: torch.Tensor) -> torch.Tensor:
+            return table.gather(-1, option[:, None]).squeeze(-1)
+
         def score():
             with torch.no_grad():
-                return trainer._score_options(model, ids, mask, num_options, option).logp
+                return chosen(trainer._option_scores(model, batch).log_probs)
 
         def loss_backward():
-            scores = trainer._score_options(model, ids, mask, num_options, option)
-            loss = -(scores.logp.exp() * 0.1).sum()
+            logp = chosen(trainer._option_scores(model, batch).log_probs)
+            loss = -(logp.exp() * 0.1).sum()
             return torch.autograd.grad(loss, params)
 
         outputs[name] = (score(), loss_backward())

@@ -22,11 +22,11 @@ def load_benchmark(name: str) -> ModuleType:
 
 def demo_seed_dir(tmp_path: Path, seed: int):
     """A seed folder as `make reproduce` leaves it, as far as the benchmarks read it (``demo_config.json``); returns
-    the folder and its :class:`~reflect_trl.demo.DemoConfig`."""
+    the folder and its :class:`~reflect_trl.pipelines.demo.DemoConfig`."""
     import json
     from dataclasses import asdict
 
-    from reflect_trl.demo import DemoConfig
+    from reflect_trl.pipelines.demo import DemoConfig
 
     seed_dir = tmp_path / f"seed_{seed}"
     seed_dir.mkdir()

@@ -79,16 +79,16 @@ def main() -> None:
     with open(sys.argv[1]) as handle:
         cases = json.load(handle)
     # What `reflect-trl` imports for these commands, once (the children inherit it).
-    from reflect_trl.cli import quiet_dependencies
+    from reflect_trl.quiet import quiet_dependencies
 
     quiet_dependencies()
-    import reflect_trl.data_builder
-    import reflect_trl.demo
+    import reflect_trl.data.builder
+    import reflect_trl.data.relabel
     import reflect_trl.evaluation
-    import reflect_trl.model_reflections
-    import reflect_trl.plotting
-    import reflect_trl.trainers.rl
-    import reflect_trl.trainers.sft  # noqa: F401
+    import reflect_trl.pipelines.demo
+    import reflect_trl.pipelines.plotting
+    import reflect_trl.trainers.rl_trainer
+    import reflect_trl.trainers.sft_trainer  # noqa: F401
 
     json.dump(run_cases(cases), sys.stdout)
 

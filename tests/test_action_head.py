@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs, options_mask
-from reflect_trl.batching import position_ids_from_mask
+from reflect_trl.action_head import OptionHead, masked_log_probs, options_mask
+from reflect_trl.batching import unpad_left
 from reflect_trl.prompts import build_prompt
+from reflect_trl.rl_math import entropy_from_log_probs
 
 PROMPTS = [
     build_prompt("Taxi at row 2, col 2.", ("move south", "move north", "move east")).text,
@@ -47,6 +48,11 @@ def _batch(tok, texts):
     return enc["input_ids"], enc["attention_mask"]
 
 
+def _log_probs(head, model, ids, mask, num_options, **kwargs):
+    """The option table of a left-padded batch through the one scoring function."""
+    return head.forward(model, unpad_left(ids, mask), num_options.tolist(), **kwargs).log_probs
+
+
 def test_options_mask_and_masked_log_probs():
     mask = options_mask(torch.tensor([1, 3]), 4)
     assert mask.tolist() == [[True, False, False, False], [True, True, True, False]]
@@ -67,9 +73,7 @@ def test_probabilities_are_softmax_of_gathered_label_logits(which, request):
         mask = torch.ones_like(ids)
         with torch.no_grad():
             manual = model(ids).logits[:, -1, head.label_ids]  # full-vocab forward
-            gathered = head.label_logits(model, ids, mask)
-            log_probs = head.log_probs(model, ids, mask, torch.tensor([n]))
-        torch.testing.assert_close(gathered, manual, atol=1e-5, rtol=1e-5)
+            log_probs = _log_probs(head, model, ids, mask, torch.tensor([n]))
         probs = log_probs.exp()[0]
         torch.testing.assert_close(probs[:n], torch.softmax(manual[0, :n], -1), atol=1e-6, rtol=1e-5)
         assert torch.all(probs[n:] == 0.0), "options not offered must get probability exactly 0"
@@ -83,22 +87,12 @@ def test_left_padded_batch_equals_unbatched(which, request):
     ids, mask = _batch(tok, PROMPTS)
     assert (mask[:, 0] == 0).any(), "the batch must actually contain left padding"
     with torch.no_grad():
-        batched = head.log_probs(model, ids, mask, torch.tensor(NUM_OPTIONS))
+        batched = _log_probs(head, model, ids, mask, torch.tensor(NUM_OPTIONS))
         for i, (text, n) in enumerate(zip(PROMPTS, NUM_OPTIONS, strict=True)):
             one_ids, one_mask = _batch(tok, [text])
-            single = head.log_probs(model, one_ids, one_mask, torch.tensor([n]))
+            single = _log_probs(head, model, one_ids, one_mask, torch.tensor([n]))
             torch.testing.assert_close(batched[i, :n], single[0, :n], atol=1e-5, rtol=0)
             assert torch.all(batched[i, n:] == -math.inf)
-
-
-def test_label_logits_from_hidden_matches_forward(gpt2):
-    model, tok = gpt2
-    head = OptionHead(tok)
-    ids, mask = _batch(tok, PROMPTS[:1])
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-        from_hidden = head.label_logits_from_hidden(model, out.hidden_states[-1][:, -1, :])
-    torch.testing.assert_close(from_hidden, out.logits[:, -1, head.label_ids], atol=1e-5, rtol=1e-5)
 
 
 def test_same_results_with_zero_lora_adapter(gpt2):
@@ -109,7 +103,7 @@ def test_same_results_with_zero_lora_adapter(gpt2):
     ids, mask = _batch(tok, PROMPTS)
     n = torch.tensor(NUM_OPTIONS)
     with torch.no_grad():
-        reference = head.log_probs(model, ids, mask, n)
+        reference = _log_probs(head, model, ids, mask, n)
     import copy
 
     base = copy.deepcopy(model)
@@ -127,14 +121,8 @@ def test_same_results_with_zero_lora_adapter(gpt2):
     assert lora_b and all(torch.all(p == 0) for p in lora_b)
     peft_model.eval()
     with torch.no_grad():
-        wrapped = head.log_probs(peft_model, ids, mask, n)
-        position_ids = position_ids_from_mask(mask)
-        out = peft_model(
-            input_ids=ids, attention_mask=mask, position_ids=position_ids, output_hidden_states=True
-        )
-        from_hidden = head.label_logits_from_hidden(peft_model, out.hidden_states[-1][:, -1])
+        wrapped = _log_probs(head, peft_model, ids, mask, n)
     torch.testing.assert_close(wrapped, reference, atol=1e-6, rtol=0)
-    torch.testing.assert_close(from_hidden, head.label_logits(model, ids, mask), atol=1e-5, rtol=1e-5)
 
 
 def test_select_greedy_and_sampling_respects_mask():

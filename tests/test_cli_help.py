@@ -17,37 +17,57 @@ def help_of(argv: list[str], capsys) -> str:
 
 
 @pytest.mark.parametrize(
-    ("command", "own", "description"),
+    ("command", "own", "description", "title"),
     [
-        ("rl", "--env_name", "Stage 2 of Reflect-RL"),
-        ("sft", "--dataset_path", "Stage 1 of Reflect-RL"),
-        ("data", "--negative_prob", "Generate the reflection / policy SFT data sets"),
+        ("rl", "--env_name", "Stage 2 of Reflect-RL", "environment:"),
+        ("sft", "--dataset_path", "Stage 1 of Reflect-RL", "data:"),
+        (
+            "data",
+            "--negative_prob",
+            "Generate the reflection / policy SFT data sets",
+            "options of reflect-trl data:",
+        ),
     ],
 )
-def test_trl_commands_show_their_own_options_first(command, own, description, capsys):
+def test_trl_commands_show_their_own_options_first(command, own, description, title, capsys):
     text = help_of([command, "--help"], capsys)
     lines = text.splitlines()
     assert lines[0].startswith(f"usage: reflect-trl {command} [--config RECIPE.yaml]")
     assert description in text and "--config RECIPE.yaml" in text
-    assert f"options of reflect-trl {command}:" in text
+    assert title in lines
     position = next(i for i, line in enumerate(lines) if line.strip().startswith(own))
-    assert position < 40, f"{own} at line {position}"
-    assert len(lines) < 290
+    assert position < 60, f"{own} at line {position}"
     assert "Failed to load" not in text
     if command != "data":
         assert f"`reflect-trl {command} --help-all`" in text
         assert "--adam_beta1" not in text  # an inherited option: only in --help-all
         full = help_of([command, "--help-all"], capsys)
-        assert "--adam_beta1" in full and own in full and len(full.splitlines()) > 3 * len(lines)
+        assert "--adam_beta1" in full and own in full and len(full.splitlines()) > 2 * len(lines)
         assert full.startswith(f"usage: reflect-trl {command}")
 
 
-def test_rl_help_lists_the_common_trl_options_after_reflect_trl_ones(capsys):
+def test_rl_help_is_grouped_and_names_the_recipes_values(capsys):
     text = help_of(["rl", "--help"], capsys)
-    own, common = text.index("options of reflect-trl rl:"), text.index("common TRL/transformers options")
-    assert own < common
+    titles = [line[:-1] for line in text.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert titles == [
+        "usage",
+        "model and run",
+        "environment",
+        "reflection",
+        "RL",
+        "curriculum",
+        "logging, evaluation and checkpoints",
+        "speed and memory",
+    ]
+    for group, option in [("environment", "--env_name"), ("reflection", "--reflection_temperature")]:
+        assert text.index(f"{group}:") < text.index(f"  {option} ")
     for option in ("--model_name_or_path", "--output_dir", "--max_steps", "--learning_rate", "--report_to"):
-        assert common < text.index(f"  {option} "), option
+        assert f"  {option} " in text, option
+    flat = " ".join(text.split())
+    # the defaults that differ from the shipped recipes say so
+    assert "(default: 1.0; recipes: 0.0 (every CPU recipe); 1.0 (every GPU recipe))" in flat
+    assert "0.001 (taxi/cpu)" in flat and "0.0005 (lock_puzzle)" in flat  # learning_rate
+    assert "gigpo (taxi/cpu)" in flat  # advantage_estimator
     assert "--gradient_checkpointing" not in text  # a deprecated alias
 
 
@@ -85,3 +105,18 @@ def test_no_progress_and_debug_are_global_options(monkeypatch, capsys):
     assert main(["--debug", "--no-progress", "envs"]) == 0
     assert os.environ[DEBUG_ENV] == "1" and os.environ[NO_PROGRESS_ENV] == "1"
     assert "taxi" in capsys.readouterr().out
+
+
+def test_no_help_imports_torch():
+    """Every ``reflect-trl <command> --help`` answers without importing torch (~0.1 s each)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom reflect_trl.cli import COMMANDS, main\n"
+        "for command in COMMANDS:\n    assert main([command, '--help']) == 0, command\n"
+        "print([m for m in ('torch',) if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

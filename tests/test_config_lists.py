@@ -33,10 +33,10 @@ def test_parse_list_edge_cases():
 
 @pytest.mark.parametrize("value", SPELLINGS)
 def test_every_config_reads_every_spelling(value):
-    from reflect_trl.data_builder import DataBuilderConfig
+    from reflect_trl.data.builder import DataBuilderConfig
     from reflect_trl.evaluation import EvalSettings
-    from reflect_trl.trainers.rl import ReflectPPOConfig
-    from reflect_trl.trainers.sft import ReflectSFTConfig
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
+    from reflect_trl.trainers.sft_config import ReflectSFTConfig
 
     cpu = {"output_dir": "unused", "use_cpu": True, "bf16": False, "report_to": "none"}
     assert ReflectPPOConfig(**cpu, curriculum_stages=value).curriculum_stages == ["pickup", "dropoff"]
@@ -47,7 +47,7 @@ def test_every_config_reads_every_spelling(value):
 
 def test_eval_decodings_and_rl_stage_starts():
     from reflect_trl.evaluation import EvalSettings
-    from reflect_trl.trainers.rl import ReflectPPOConfig
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
 
     assert EvalSettings(decodings="greedy").decodings == ["greedy"]
     assert EvalSettings(decodings='["sampled", "greedy"]').decodings == ["sampled", "greedy"]
@@ -60,8 +60,9 @@ def test_eval_decodings_and_rl_stage_starts():
 def test_cli_flags_take_both_spellings(tmp_path):
     from trl import ModelConfig, TrlParser
 
-    from reflect_trl.demo import DemoConfig, parse_demo_overrides
-    from reflect_trl.trainers.rl import ReflectPPOConfig
+    from reflect_trl.cli.demo import parse_demo_overrides
+    from reflect_trl.pipelines.demo import DemoConfig
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
 
     parser = TrlParser((ReflectPPOConfig, ModelConfig))
     for flags in (["pickup,dropoff"], ["pickup", "dropoff"], ['["pickup","dropoff"]']):
@@ -75,4 +76,4 @@ def test_cli_flags_take_both_spellings(tmp_path):
             "greedy",
             "sampled",
         ]
-    assert DemoConfig().eval_decodings == ["greedy"]  # the recipe evaluates greedy decisions only
+    assert DemoConfig().eval_decodings == ["greedy", "sampled"]  # both, so sharpening shows as such

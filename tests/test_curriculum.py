@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reflect_trl.curriculum import Curriculum, FailurePriorities
+from reflect_trl.trainers.curriculum import Curriculum, TaskSampler
 
 STAGES = ("pickup", "dropoff", "full")
 
@@ -92,41 +92,18 @@ def test_steps_state_dict_round_trip():
     assert restored.stage == cur.stage == "dropoff"
 
 
-# ------------------------------------------------------------------------------------------ FailurePriorities
-def test_failure_priorities_start_uniform_and_follow_failures():
-    pri = FailurePriorities(uniform_share=0.5, alpha=0.5)
-    keys = ["a", "b", "b", "c"]  # two tasks pose instance "b"
-    assert pri.weights(keys) == pytest.approx([0.25] * 4)  # never drawn: all score 1
-    pri.update([("a", True), ("a", True), ("b", False), ("b", True), ("c", True), ("c", True)])
-    assert pri.scores == {"a": 0.0, "b": 0.5, "c": 0.0}
-    # rho / N + (1 - rho) * s_i / sum s: b's tasks share the prioritised half
-    assert pri.weights(keys) == pytest.approx([0.125, 0.375, 0.375, 0.125])
-    assert sum(pri.weights(keys)) == pytest.approx(1.0)
-    pri.update([("b", True), ("b", True)])  # smoothed: 0.5 * 0.5 + 0.5 * 0
-    assert pri.score("b") == pytest.approx(0.25)
-    for _ in range(6):  # one update per rollout, however many episodes it held
-        pri.update([("b", True)] * 4)
-    assert pri.score("b") == pytest.approx(0.25 / 2**6)
-    assert pri.weights(["a", "c"]) == pytest.approx([0.5, 0.5])  # every score 0: uniform
-
-
-def test_failure_priorities_unseen_instances_rank_first():
-    pri = FailurePriorities(uniform_share=0.0, alpha=1.0)
-    pri.update([("seen", False)])  # failure rate 1, as high as an unseen instance's optimistic score
-    pri.update([("solved", True)])
-    w = pri.weights(["seen", "solved", "new"])
-    assert w == pytest.approx([0.5, 0.0, 0.5])
-
-
-def test_failure_priorities_state_dict_round_trip():
-    pri = FailurePriorities(uniform_share=0.3, alpha=0.25)
-    pri.update([("x", False), ("x", True), ("y", True)])
-    restored = FailurePriorities(uniform_share=0.3, alpha=0.25)
-    restored.load_state_dict(pri.state_dict())
-    assert restored.weights(["x", "y", "z"]) == pri.weights(["x", "y", "z"])
-
-
-@pytest.mark.parametrize(("share", "alpha", "message"), [(1.5, 0.5, "uniform_share"), (0.5, 0.0, "alpha")])
-def test_failure_priorities_reject_out_of_range(share, alpha, message):
-    with pytest.raises(ValueError, match=message):
-        FailurePriorities(uniform_share=share, alpha=alpha)
+# ------------------------------------------------------------------------------------------------ TaskSampler
+def test_task_sampler_draws_the_current_stage_and_resumes_its_rng():
+    pools = {"a": [f"a{i}" for i in range(5)], "b": [f"b{i}" for i in range(3)]}
+    sampler = TaskSampler(pools, Curriculum(["a", "b"], max_steps=10), seed=7)
+    first = sampler.draw(6)
+    assert set(first) <= set(pools["a"]) and len(first) == 6
+    state = sampler.state_dict()
+    sampler.curriculum.update(5)
+    assert sampler.curriculum.stage == "b"
+    after = sampler.draw(4)
+    assert set(after) <= set(pools["b"])
+    restored = TaskSampler(pools, Curriculum(["a", "b"], max_steps=10), seed=0)
+    restored.load_state_dict(state)  # the RNG and the stage of the checkpoint, not of the seed
+    restored.curriculum.update(5)
+    assert restored.draw(4) == after

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from _toy_env import ACTIONS, JUMP, RIGHT, STAY, WALK_RIGHT, LineWorldEnv, LineWorldReflector
-from reflect_trl.data_builder import (
+from reflect_trl.cli.data import build_datasets_cli
+from reflect_trl.data.builder import (
     DATASET_NAMES,
     METADATA_COLUMNS,
     DataBuilderConfig,
     build_datasets,
-    build_datasets_cli,
-    candidate_mistakes,
     generate_rows,
 )
-from reflect_trl.datasets_io import read_jsonl
+from reflect_trl.data.io import read_jsonl
+from reflect_trl.data.trajectories import candidate_mistakes
 from reflect_trl.envs import Task, make_env
 from reflect_trl.prompts import (
     ACTION_CUE,
@@ -286,3 +286,62 @@ def test_cli_reads_yaml_and_overrides(tmp_path):
     assert {r["difficulty"] for r in rows} == {"pickup"}
     assert {r["split"] for r in rows} == {"train", "validation"}
     assert rows[0]["env"] == "taxi"
+
+
+def test_card_reports_reflection_lengths_in_characters_or_tokens(tmp_path, toy_build, tiny_model_dir):
+    from reflect_trl.models import load_tokenizer
+
+    _, result, root = toy_build
+    card = (root / "line_world" / "README.md").read_text()
+    longest = max(
+        len(r) for split in ("train", "validation") for r in result["reflection"][split]["completion"]
+    )
+    assert "## Lengths" in card and "In characters" in card
+    assert f"| reflection target (stop marker included) | {longest} |" in card
+    assert "`reflect-trl data --tokenizer_name_or_path <your model>` counts them" in card
+
+    _, counted = build_toy(tmp_path, tokenizer_name_or_path=tiny_model_dir)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    targets = [r for split in ("train", "validation") for r in counted["reflection"][split]["completion"]]
+    tokens = max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in targets)
+    card = (tmp_path / "line_world" / "README.md").read_text()
+    assert f"In tokens of `{tiny_model_dir}`" in card
+    assert f"| reflection target (stop marker included) | {tokens} |" in card
+    assert f"`reflection_max_new_tokens` (SFT evaluation, RL, eval) must be at least {tokens}" in card
+
+
+def test_cli_prints_the_reflection_budget(tmp_path, tiny_model_dir, capsys):
+    argv = ["--env_name", "taxi", "--n_train_tasks", "2", "--n_val_tasks", "1", "--stages", "pickup"]
+    argv += ["--output_dir", str(tmp_path), "--progress", "false", "--tokenizer_name_or_path", tiny_model_dir]
+    assert build_datasets_cli(argv) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("longest reflection ") and "set reflection_max_new_tokens >= " in last
+    with pytest.raises(Exception, match="tokenizer_name_or_path 'nowhere/at/all' does not exist"):
+        build_datasets_cli([*argv[:-1], "nowhere/at/all"])
+
+
+def test_the_reference_codes_taxi_data_executed_random_actions_as_targets():
+    """random_action_prob 0.9 + policy_targets 'executed' (the paper protocol): trajectories mostly take random
+    actions, every reflection still names the oracle's move, and the policy target is the executed action."""
+    from reflect_trl.data.builder import DataBuilderConfig, generate_rows
+
+    config = DataBuilderConfig(
+        env_name="taxi", n_train_tasks=30, n_val_tasks=0, random_action_prob=0.9, policy_targets="executed",
+        progress=False,
+    )  # fmt: skip
+    rows, stats = generate_rows(config)
+    policy = rows["policy_reflect"]["train"]
+    reflections = rows["reflection"]["train"]
+    executed_is_oracle = [r["option_index"] == r["action_index"] for r in policy]
+    assert 0.05 < sum(executed_is_oracle) / len(policy) < 0.5, (
+        "mostly random targets (1/6 + 0.1 match by chance)"
+    )
+    naming = sum(r["action_text"] in r["completion"] for r in reflections) / len(reflections)
+    assert naming > 0.9, "the reflections name the oracle's move, whatever was executed"
+    assert stats.mistakes > 0
+    oracle = generate_rows(
+        DataBuilderConfig(env_name="taxi", n_train_tasks=30, n_val_tasks=0, progress=False)
+    )[0]
+    assert all(r["option_index"] == r["action_index"] for r in oracle["policy_reflect"]["train"])
+    with pytest.raises(ValueError, match="policy_targets='greedy'"):
+        DataBuilderConfig(policy_targets="greedy")

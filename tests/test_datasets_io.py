@@ -7,7 +7,7 @@ import json
 import pytest
 from datasets import Dataset, DatasetDict
 
-from reflect_trl.datasets_io import (
+from reflect_trl.data.io import (
     DatasetFormatError,
     available_splits,
     load_sft_dataset,

@@ -7,15 +7,23 @@ from dataclasses import replace
 
 import pytest
 
-from reflect_trl.demo import RL_RUNS, SFT_RUNS, TABLE_ROWS, DemoConfig, run_demo
+from reflect_trl.pipelines.demo import DemoConfig, run_demo
+from reflect_trl.pipelines.protocols import CONFIGURATIONS, PROTOCOLS, RL_RUNS, needed_runs
+
+#: the strict protocol's table rows (label, policy run, reflection run) and the runs they need
+TABLE_ROWS = [
+    (c.label, c.policy, c.reflection) for c in (CONFIGURATIONS[n] for n in PROTOCOLS["strict"].configurations)
+]
+STRICT_RUNS = needed_runs(DemoConfig())
+RL = [r for r in STRICT_RUNS if r in RL_RUNS]
 
 
 def test_smoke_demo_produces_every_output(tmp_path):
     out = tmp_path / "demo"
     summary = run_demo(DemoConfig.smoke(str(out)))
-    for name in (*SFT_RUNS, *RL_RUNS):
+    for name in STRICT_RUNS:
         assert (out / "runs" / name / "config.json").is_file(), name
-    for name in RL_RUNS:
+    for name in RL:
         history = json.loads((out / "runs" / name / "log_history.json").read_text())
         assert any("env/success_rate" in h for h in history)
     for path in (
@@ -36,7 +44,7 @@ def test_smoke_demo_produces_every_output(tmp_path):
     assert len(list((out / "eval" / "transcripts").glob("*.jsonl"))) == len(results)
     assert set(summary["timings_seconds"]) and summary["total_seconds"] > 0
     # `demo --evaluate_only` (reproduce's evaluation job) evaluates the finished runs again: the same table
-    from reflect_trl.demo import demo_cli
+    from reflect_trl.cli.demo import demo_cli
 
     (out / "summary.json").unlink()
     again = demo_cli(["--config", str(out / "demo_config.json"), "--evaluate_only"])
@@ -54,7 +62,7 @@ def test_same_seed_reproduces_the_demo_table(tmp_path):
     first = run_demo(DemoConfig.smoke(str(tmp_path / "a")))
     second = run_demo(DemoConfig.smoke(str(tmp_path / "b")))
     assert _without_timings(first["results"]) == _without_timings(second["results"])
-    for name in RL_RUNS:
+    for name in RL:
         curves = [
             [
                 {k: v for k, v in h.items() if k.startswith(("env/", "loss", "entropy"))}
@@ -81,7 +89,7 @@ def test_demo_overrides_are_typed():
 
     import pytest
 
-    from reflect_trl.demo import _parse_field
+    from reflect_trl.cli.demo import _parse_field
 
     parser = argparse.ArgumentParser()
     assert _parse_field("rl_steps", 60, "5", parser) == 5
@@ -93,7 +101,7 @@ def test_demo_overrides_are_typed():
     with pytest.raises(SystemExit):
         _parse_field("rl_steps", 60, "many", parser)
     # optional fields: typed by their annotation, "none" keeps the default
-    assert _parse_field("policy_preset", None, "small", parser) == "small"
+    assert _parse_field("rl_advantage_estimator", "gigpo", "rloo", parser) == "rloo"
     assert _parse_field("sft_policy_learning_rate", None, "3e-4", parser) == 3e-4
     assert _parse_field("sft_policy_learning_rate", None, "none", parser) is None
     with pytest.raises(SystemExit):
@@ -131,7 +139,7 @@ def test_a_config_file_is_overridden_only_by_the_flags_given(tmp_path):
     output directory must survive (argparse defaults once silently replaced them with seed 0)."""
     from dataclasses import asdict
 
-    from reflect_trl.demo import demo_config_from_cli
+    from reflect_trl.cli.demo import demo_config_from_cli
 
     request = tmp_path / "request.json"
     wanted = DemoConfig.smoke(str(tmp_path / "seed_7"))
@@ -168,7 +176,7 @@ def test_smoke_demo_with_served_reflection_models(tmp_path):
     # one completions request per generated reflection: every RL turn of the runs with a reflection model and every
     # evaluation turn of the configurations with one, less those the greedy reflection memos served, and nothing else
     rl_turns = rl_generated = 0
-    for name, (_, reflection, _) in RL_RUNS.items():
+    for name, reflection in ((n, RL_RUNS[n].reflection) for n in RL):
         args = torch.load(tmp_path / "runs" / name / "training_args.bin", weights_only=False)
         assert args.reflection_backend == ("openai" if reflection else "hf"), name
         history = json.loads((tmp_path / "runs" / name / "log_history.json").read_text())
@@ -210,118 +218,16 @@ def _rows_of(results):
 
 
 def test_an_unknown_reflection_backend_is_refused_before_anything_runs(tmp_path):
-    from reflect_trl.demo import demo_config_from_cli
+    from reflect_trl.cli.demo import demo_config_from_cli
 
     with pytest.raises(ValueError, match="reflection_backend 'vllm'"):
         demo_config_from_cli(["--output_dir", str(tmp_path / "out"), "--reflection_backend", "vllm"])
     assert not (tmp_path / "out").exists()
 
 
-def test_rl_jobs_anchor_on_the_data_their_policy_was_sfted_on(tmp_path):
-    """--rl_sft_anchor_coef: every RL run gets its own policy's SFT data (the relabelled copy for the Reflect runs)."""
-    from reflect_trl.demo import DemoConfig, demo_jobs
-
-    data, runs = tmp_path / "data", tmp_path / "runs"
-    jobs = {j.name: j for j in demo_jobs(DemoConfig(rl_sft_anchor_coef=0.5), tmp_path / "base", data, runs)}
-
-    def flag(job, name):
-        return job.argv[job.argv.index(f"--{name}") + 1]
-
-    assert flag(jobs["rl_reflect"], "sft_anchor_data") == str(data / "policy_reflect_model")
-    assert flag(jobs["rl_reflect_no_curriculum"], "sft_anchor_data") == str(data / "policy_reflect_model")
-    assert flag(jobs["rl_reflect_no_negatives"], "sft_anchor_data") == str(
-        data / "policy_reflect_positive_model"
-    )
-    assert flag(jobs["rl_plain"], "sft_anchor_data") == str(data / "policy_plain")
-    assert all(flag(jobs[n], "sft_anchor_coef") == "0.5" for n in jobs if n.startswith("rl_"))
-    # the anchor data is what the policy SFT job trained on, and the relabel job wrote it
-    assert flag(jobs["sft_policy"], "dataset_path") == flag(jobs["rl_reflect"], "sft_anchor_data")
-    assert flag(jobs["relabel_sft_policy"], "output") == flag(jobs["rl_reflect"], "sft_anchor_data")
-    off = demo_jobs(DemoConfig(), tmp_path / "base", data, runs)
-    assert not any("--sft_anchor_data" in j.argv for j in off)
-    assert not any("--exploration_epsilon" in j.argv or "--task_sampling" in j.argv for j in off)
-
-
-def test_rl_exploration_and_failure_draws_reach_every_rl_run(tmp_path):
-    from reflect_trl.demo import check_demo_config, demo_jobs
-    from reflect_trl.errors import UsageError
-
-    cfg = DemoConfig(rl_exploration_epsilon=0.25, rl_task_sampling="failures")
-    check_demo_config(cfg)
-    jobs = demo_jobs(cfg, tmp_path / "base", tmp_path / "data", tmp_path / "runs")
-    rl = [j for j in jobs if j.command == "rl"]
-    assert len(rl) == len(RL_RUNS)
-    for job in rl:
-        assert job.argv[job.argv.index("--exploration_epsilon") + 1] == "0.25"
-        assert job.argv[job.argv.index("--task_sampling") + 1] == "failures"
-    assert not any("--exploration_epsilon" in j.argv for j in jobs if j.command != "rl")
-    for bad, match in (
-        (DemoConfig(rl_exploration_epsilon=1.0), "rl_exploration_epsilon must be in"),
-        (DemoConfig(rl_task_sampling="greedy"), "rl_task_sampling 'greedy'"),
-    ):
-        with pytest.raises(UsageError, match=match):
-            check_demo_config(bad)
-
-
-def test_a_policy_preset_gives_the_policies_their_own_base_model_and_learning_rate(tmp_path):
-    """--policy_preset / --sft_policy_learning_rate: every policy SFT run (Reflect, positive-only, plain) starts from
-    the policy's base model at its own learning rate; the reflection runs keep model_preset and sft_learning_rate."""
-    from reflect_trl.demo import base_models, check_demo_config, demo_jobs
-    from reflect_trl.errors import UsageError
-
-    cfg = DemoConfig(model_preset="nano", policy_preset="tiny", sft_policy_learning_rate=3e-4)
-    check_demo_config(cfg)
-    base, policy_base = base_models(cfg, tmp_path / "models")
-    meta = {p: json.loads((p / "reflect_trl_tiny.json").read_text()) for p in (base, policy_base)}
-    assert meta[base]["preset"] == "nano" and meta[policy_base]["preset"] == "tiny"
-    assert (policy_base / "tokenizer.json").is_file() and policy_base != base
-    jobs = {
-        j.name: j for j in demo_jobs(cfg, base, tmp_path / "data", tmp_path / "runs", policy_base=policy_base)
-    }
-
-    def flag(job, name):
-        return job.argv[job.argv.index(f"--{name}") + 1]
-
-    for name, (_, role, _) in SFT_RUNS.items():
-        expected = (policy_base, "0.0003") if role == "policy" else (base, str(cfg.sft_learning_rate))
-        assert (flag(jobs[name], "model_name_or_path"), flag(jobs[name], "learning_rate")) == tuple(
-            map(str, expected)
-        ), name
-    # a run of either role can have its own rate
-    shared = replace(cfg, sft_run_learning_rates={"sft_reflection_positive": 2e-3, "sft_plain": 1e-2})
-    runs = {j.name: j for j in demo_jobs(shared, base, tmp_path / "data", tmp_path / "runs")}
-    assert {n: flag(runs[n], "learning_rate") for n in SFT_RUNS} == {
-        "sft_reflection": str(cfg.sft_learning_rate),
-        "sft_reflection_positive": "0.002",
-        "sft_policy": "0.0003",
-        "sft_policy_positive": "0.0003",
-        "sft_plain": "0.01",
-    }
-    # one preset for both players: one base model; by default every policy SFT run at sft_policy_learning_rate 1e-3
-    same = DemoConfig(model_preset="nano", policy_preset="nano")
-    assert base_models(same, tmp_path / "one")[1] is None
-    plain = {j.name: j for j in demo_jobs(DemoConfig(), base, tmp_path / "data", tmp_path / "runs")}
-    assert flag(plain["sft_policy"], "model_name_or_path") == str(base)
-    assert {flag(plain[n], "learning_rate") for n, (_, role, _) in SFT_RUNS.items() if role == "policy"} == {
-        "0.001"
-    }
-    assert flag(plain["sft_reflection"], "learning_rate") == str(DemoConfig().sft_learning_rate)
-    for bad, match in (
-        (DemoConfig(policy_preset="huge"), "policy_preset 'huge'"),
-        (DemoConfig(sft_policy_learning_rate=0.0), "sft_policy_learning_rate must be > 0"),
-        (
-            DemoConfig(sft_run_learning_rates={"sft_plain": -1.0}),
-            r"sft_run_learning_rates\['sft_plain'\] must be",
-        ),
-        (DemoConfig(sft_run_learning_rates={"sft_polcy": 1e-3}), "unknown SFT run 'sft_polcy'"),
-    ):
-        with pytest.raises(UsageError, match=match):
-            check_demo_config(bad)
-
-
 def test_rl_eval_steps_give_every_rl_run_its_greedy_validation_curve(tmp_path):
-    from reflect_trl.demo import check_demo_config, demo_jobs
     from reflect_trl.errors import UsageError
+    from reflect_trl.pipelines.demo import check_demo_config, demo_jobs
 
     cfg = DemoConfig(rl_eval_steps=25, rl_eval_episodes_per_stage=300)
     check_demo_config(cfg)
@@ -340,7 +246,76 @@ def test_rl_eval_steps_give_every_rl_run_its_greedy_validation_curve(tmp_path):
     # a smoke demo: each RL run logs its evaluations, the demo draws them
     out = tmp_path / "demo"
     run_demo(replace(DemoConfig.smoke(str(out)), rl_eval_steps=1, rl_eval_episodes_per_stage=2))
-    for name in RL_RUNS:
+    for name in RL:
         history = json.loads((out / "runs" / name / "log_history.json").read_text())
         assert [h["step"] for h in history if "eval_success_rate" in h] == [0, 1, 2, 3], name
     assert (out / "eval_curves.png").stat().st_size > 0
+
+
+def test_protocols_choose_the_data_the_decoding_and_the_runs(tmp_path):
+    from reflect_trl.pipelines.demo import check_demo_config
+    from reflect_trl.pipelines.protocols import demo_jobs
+
+    def jobs_of(cfg):
+        check_demo_config(cfg)
+        return {j.name: j for j in demo_jobs(cfg, tmp_path / "base", tmp_path / "data", tmp_path / "runs")}
+
+    def flag(job, name):
+        return job.argv[job.argv.index(f"--{name}") + 1]
+
+    strict = jobs_of(DemoConfig())
+    assert set(strict) == set(STRICT_RUNS) | {"relabel_policy_reflect", "relabel_policy_reflect_positive"}
+    assert all(flag(strict[n], "reflection_temperature") == "0.0" for n in RL if RL_RUNS[n].reflection)
+    paper = jobs_of(DemoConfig(protocol="paper"))
+    assert set(paper) == {"sft_reflection", "sft_policy", "sft_plain", "rl_reflect", "rl_plain"}, "no relabel"
+    assert flag(paper["sft_policy"], "dataset_path").endswith("policy_reflect")
+    assert flag(paper["rl_reflect"], "reflection_temperature") == "1.0"
+    arms = jobs_of(
+        DemoConfig(configurations=["reflect_sft", "sampled_reflections", "both_learn", "reflection_learns"])
+    )
+    assert {"rl_reflect_sampled", "rl_both", "rl_reflection_only"} <= set(arms) and "rl_reflect" not in arms
+    assert flag(arms["rl_reflect_sampled"], "reflection_temperature") == "1.0"
+    assert "--train_reflection" not in arms["rl_reflect_sampled"].argv
+    assert (
+        flag(arms["rl_both"], "train_reflection") == "true"
+        and flag(arms["rl_both"], "train_policy") == "true"
+    )
+    assert flag(arms["rl_reflection_only"], "train_policy") == "false"
+    continued = jobs_of(DemoConfig(configurations=["reflect_sft", "continued_sft"], rl_tasks="disjoint"))
+    job = continued["sft_policy_continued"]
+    assert flag(job, "model_name_or_path").endswith("runs/sft_policy") and flag(job, "max_steps") == "300"
+    assert "sft_policy" in job.needs
+    with pytest.raises(ValueError, match="configurations \\['nope'\\]"):
+        check_demo_config(DemoConfig(configurations=["nope"]))
+    with pytest.raises(ValueError, match="protocol 'authors'"):
+        check_demo_config(DemoConfig(protocol="authors"))
+
+
+def test_disjoint_rl_tasks_share_no_instance_with_the_sft_data():
+    from reflect_trl.envs import make_env
+    from reflect_trl.pipelines.demo import rl_task_list
+
+    cfg = DemoConfig(n_train_tasks=10, rl_tasks="disjoint")
+    env = make_env("taxi")
+    rl = rl_task_list(cfg)
+    for stage in ("pickup", "full"):
+        sft = {env.instance_key(t) for t in env.make_tasks("train", 10, seed=0, difficulty=stage)}
+        mine = [env.instance_key(t) for t in rl if t.difficulty == stage]
+        assert len(mine) == 10 and not sft & set(mine)
+    same = rl_task_list(DemoConfig(n_train_tasks=10))
+    assert same == [t for s in env.stages for t in env.make_tasks("train", 10, seed=0, difficulty=s)]
+
+
+def test_paper_protocol_smoke_demo(tmp_path):
+    """The paper protocol end to end: executed (mostly random) targets, oracle reflections in the policy data,
+    sampled reflections in RL, both decodings evaluated."""
+    cfg = replace(DemoConfig.smoke(str(tmp_path)), protocol="paper", eval_decodings=["greedy", "sampled"])
+    summary = run_demo(cfg)
+    labels = {r["configuration"] for r in summary["results"]}
+    assert labels == {"SFT only", "SFT + RL w/o reflection", "Reflect SFT (before RL)", "Reflect-RL"}
+    assert {r["decoding"] for r in summary["results"]} == {"greedy", "sampled"}
+    card = (tmp_path / "data" / "taxi" / "README.md").read_text()
+    assert "random_action_prob 0.9" in card and "executed action" in card
+    assert not (tmp_path / "data" / "taxi" / "policy_reflect_model").exists()
+    args = json.loads((tmp_path / "runs" / "rl_reflect" / "log_history.json").read_text())
+    assert any("rollout/reflection_tokens" in h for h in args)

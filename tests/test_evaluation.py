@@ -11,11 +11,11 @@ import shutil
 import pytest
 from transformers import AutoTokenizer
 
+from reflect_trl.cli.eval import eval_cli
 from reflect_trl.envs import make_env
 from reflect_trl.evaluation import (
     EvalConfiguration,
     EvalSettings,
-    eval_cli,
     eval_tasks,
     evaluate,
     read_transcripts,
@@ -234,7 +234,7 @@ def test_eval_prompts_use_the_labels_recorded_with_the_policy(tiny_model_dir, tm
 
 
 def test_eval_command_line_takes_several_policies_in_order():
-    from reflect_trl.evaluation import parse_eval_args
+    from reflect_trl.cli.eval import parse_eval_args
 
     configurations, _, _ = parse_eval_args(
         ["--policy", "runs/sft", "--reflection", "runs/refl", "--name", "before",
@@ -258,8 +258,41 @@ def test_eval_command_line_takes_several_policies_in_order():
     ],
 )
 def test_eval_command_line_rejects_orphan_or_repeated_flags(argv, message, capsys):
-    from reflect_trl.evaluation import parse_eval_args
+    from reflect_trl.cli.eval import parse_eval_args
 
     with pytest.raises(SystemExit):
         parse_eval_args(argv)
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_reflection_diagnostics_count_named_followed_and_deviated_turns():
+    from reflect_trl.evaluation import reflection_diagnostics
+    from reflect_trl.rollout import Episode, Turn
+
+    actions = ("move south", "move north", "pickup passenger")
+
+    def turn(step, reflection, taken, optimal):
+        return Turn(step, "s", actions, reflection, [], 3, taken, taken, 0.0, 0.0, optimal_actions=optimal)
+
+    good = Episode(task=None, seed=0, success=True)
+    good.turns = [
+        turn(0, "Now move south.", 0, (0,)),  # named right, followed
+        turn(
+            1, "Next: move north then move south.", 1, (1,)
+        ),  # names south last: wrong, deviated (took north)
+    ]
+    crashed = Episode(task=None, seed=1, crashed=True, info={"crash_cause": "pickup_not_at_passenger"})
+    crashed.turns = [
+        turn(0, "move north", 0, (0, 1)),  # named right (a tie), deviated to the other right one
+        turn(1, "pickup passenger now", 2, (0,)),  # named wrong, followed, crashed
+    ]
+    counts = reflection_diagnostics([good, crashed])
+    assert {k: counts[k] for k in ("turns", "known", "named", "named_right", "named_wrong", "followed")} == {
+        "turns": 4, "known": 4, "named": 4, "named_right": 2, "named_wrong": 2, "followed": 2,
+    }  # fmt: skip
+    assert counts["deviated_from_right"] == 1 and counts["deviated_from_wrong"] == 1
+    assert counts["crashes"] == 1 and counts["crashes_on_named_wrong"] == 1
+    assert counts["crash_causes"] == {
+        "pickup_not_at_passenger": 1,
+        "on_named_wrong:pickup_not_at_passenger": 1,
+    }

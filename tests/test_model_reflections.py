@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from reflect_trl.data_builder import DataBuilderConfig, build_datasets
-from reflect_trl.model_reflections import relabel_dataset, split_policy_prompt
+from reflect_trl.data.builder import DataBuilderConfig, build_datasets
+from reflect_trl.data.relabel import relabel_dataset, split_policy_prompt
 
 
 def test_relabel_writes_the_dataset_and_a_jsonl_next_to_it(tiny_model_dir, tmp_path):

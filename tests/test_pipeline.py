@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from reflect_trl.pipeline import Job, JobFailed, check_graph, run_jobs
+from reflect_trl.pipelines.jobs import Job, JobFailed, check_graph, run_jobs
 
 
 def test_graph_checks():
@@ -92,7 +92,7 @@ def _probe_worker(path: str) -> None:
     import os
     import sys
 
-    preloaded = sorted(m for m in ("torch", "trl", "reflect_trl.trainers.rl") if m in sys.modules)
+    preloaded = sorted(m for m in ("torch", "trl", "reflect_trl.trainers.rl_trainer") if m in sys.modules)
     import torch
 
     state = {
@@ -116,13 +116,15 @@ def test_workers_fork_from_a_server_that_imported_everything(tmp_path, monkeypat
     import logging
     import os
 
-    from reflect_trl.pipeline import _start_fork_server, preload_modules
+    from reflect_trl.pipelines.jobs import _start_fork_server, preload_modules
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     modules = preload_modules()
-    assert modules[0] == "reflect_trl._fork_server_init"  # before torch and the libraries it quiets
-    assert {"torch", "trl", "reflect_trl.trainers.rl", "reflect_trl.trainers.sft"} <= set(modules)
+    assert modules[0] == "reflect_trl.pipelines._fork_server_init"  # before torch and the libraries it quiets
+    assert {"torch", "trl", "reflect_trl.trainers.rl_trainer", "reflect_trl.trainers.sft_trainer"} <= set(
+        modules
+    )
     context = _start_fork_server()
     assert "OMP_NUM_THREADS" not in os.environ and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ
     process = context.Process(target=_probe_worker, args=(str(tmp_path / "probe.json"),))
@@ -131,7 +133,7 @@ def test_workers_fork_from_a_server_that_imported_everything(tmp_path, monkeypat
     assert process.exitcode == 0
     state = json.loads((tmp_path / "probe.json").read_text())
     assert state == {
-        "preloaded": ["reflect_trl.trainers.rl", "torch", "trl"],
+        "preloaded": ["reflect_trl.trainers.rl_trainer", "torch", "trl"],
         "threads": 1,
         "omp": "1",
         "hub_bars_off": True,
@@ -143,7 +145,7 @@ def test_no_fork_server_with_cuda(monkeypatch):
     """With CUDA the jobs are subprocesses: the server's imports (bitsandbytes) would initialize CUDA before forking."""
     import torch
 
-    from reflect_trl.pipeline import fork_server_usable
+    from reflect_trl.pipelines.jobs import fork_server_usable
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not fork_server_usable()
@@ -168,7 +170,7 @@ def test_sigterm_to_the_parent_stops_the_workers(tmp_path):
     )
     python_path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     driver = (
-        "from reflect_trl.pipeline import Job, run_jobs\n"
+        "from reflect_trl.pipelines.jobs import Job, run_jobs\n"
         f"run_jobs([Job('long', 'envs', [], env={{'PYTHONPATH': {python_path!r}}})], workers=2, "
         f"log_dir={str(tmp_path)!r}, fork_server=False)\n"
     )
@@ -189,3 +191,28 @@ def test_run_jobs_restores_the_sigterm_handler(tmp_path):
     before = signal.getsignal(signal.SIGTERM)
     run_jobs([Job("a", "envs", [])], workers=2, log_dir=tmp_path, fork_server=False)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_job_that_finished_before_with_the_same_command_line_is_reused(tmp_path, capsys):
+    from reflect_trl.pipelines.jobs import DONE_MARKER, Job, run_jobs
+
+    out = tmp_path / "run"
+    out.mkdir()
+    events = []
+
+    def report(name, event, seconds):
+        events.append((name, event))
+
+    jobs = [Job("listing", "envs", [], output=out), Job("after", "envs", [], needs=("listing",))]
+    run_jobs(jobs, reuse=True, report=report)
+    assert (out / DONE_MARKER).is_file()
+    assert events == [("listing", "start"), ("listing", "done"), ("after", "start"), ("after", "done")]
+    events.clear()
+    run_jobs(jobs, reuse=True, report=report)
+    assert events[0] == ("listing", "reused") and ("after", "done") in events  # no output: never reused
+    events.clear()
+    run_jobs([Job("listing", "envs", ["--help"], output=out)], reuse=True, report=report)
+    assert events == [("listing", "start"), ("listing", "done")], "another command line runs again"
+    events.clear()
+    run_jobs(jobs[:1], reuse=False, report=report)
+    assert events == [("listing", "start"), ("listing", "done")]

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from reflect_trl import plotting
+from reflect_trl.cli.plot import plot_cli
 from reflect_trl.errors import MissingPathError, UsageError
-from reflect_trl.plotting import plot_cli, plot_learning_curves, stage_spans
+from reflect_trl.pipelines import plotting
+from reflect_trl.pipelines.plotting import plot_learning_curves, stage_spans
 
 STAGES = ("pickup", "dropoff", "full")
 
@@ -167,3 +168,44 @@ def test_plot_cli_adds_eval_curves_when_runs_evaluated(tmp_path):
     written = plot_cli(["--runs", f"reflect={run}", "--output_dir", str(tmp_path / "plots")])
     assert [p.name for p in written] == ["learning_curves.png", "eval_curves.png"]
     assert all(p.stat().st_size > 0 for p in written)
+
+
+def eval_row(configuration: str, stage: str, rate: float, decoding: str = "greedy") -> dict:
+    return {
+        "configuration": configuration, "stage": stage, "decoding": decoding, "success_rate": rate,
+        "ci_low": max(0.0, rate - 0.1), "ci_high": min(1.0, rate + 0.1),
+    }  # fmt: skip
+
+
+def test_success_bars_show_every_configuration_and_zero_bars(tmp_path):
+    from reflect_trl.pipelines.plotting import plot_success_bars, success_bars, success_bars_figure
+
+    results = [
+        eval_row("oracle", "pickup", 1.0),
+        eval_row("oracle", "full", 1.0),
+        eval_row("random", "pickup", 0.0, "sampled"),  # the random policy only samples
+        eval_row("random", "full", 0.05, "sampled"),
+        eval_row("Reflect-RL", "pickup", 0.0),
+        eval_row("Reflect-RL", "pickup", 0.5, "sampled"),
+        eval_row("SFT", "full", 0.25),  # not evaluated on pickup
+    ]
+    bars = success_bars(results, "greedy")
+    assert [(b.label, b.stage, b.rate) for b in bars] == [
+        ("oracle", "pickup", 1.0), ("oracle", "full", 1.0),
+        ("random (sampled)", "pickup", 0.0), ("random (sampled)", "full", 0.05),
+        ("Reflect-RL", "pickup", 0.0), ("Reflect-RL", "full", None),
+        ("SFT", "pickup", None), ("SFT", "full", 0.25),
+    ]  # fmt: skip
+    fig, ax = success_bars_figure(results, "greedy")
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("0%") == 2 and texts.count("n/a") == 2 and "100%" in texts and "25%" in texts
+    zero_marks = [line for line in ax.lines if list(line.get_ydata()) == [0.004, 0.004]]
+    assert len(zero_marks) == 2  # a 0 % bar is marked on the axis
+    labels = [c.get_label() for c in ax.containers if hasattr(c, "patches")]
+    assert labels == ["oracle", "random (sampled)", "Reflect-RL", "SFT"]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    assert plot_success_bars(results, tmp_path / "bars.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="no results with decoding 'beam'"):
+        success_bars(results, "beam")

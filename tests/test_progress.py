@@ -55,7 +55,7 @@ def test_no_progress_quiets_the_bar_not_the_results(monkeypatch, capsys):
 
 
 def test_eval_cli_no_progress_flag(tmp_path, monkeypatch):
-    from reflect_trl.evaluation import eval_cli
+    from reflect_trl.cli.eval import eval_cli
 
     terminal = as_terminal(monkeypatch)  # the variable the flag sets is restored after the test
     eval_cli(["--policy", "oracle", "--episodes_per_stage", "1", "--stages", "pickup", "--no-progress"]

@@ -37,7 +37,7 @@ def test_every_recipe_is_of_a_known_kind():
 def parse_data(path: Path, output_dir: Path):
     from trl import TrlParser
 
-    from reflect_trl.data_builder import DataBuilderConfig
+    from reflect_trl.data.builder import DataBuilderConfig
 
     (config,) = TrlParser((DataBuilderConfig,)).parse_args_and_config(
         ["--config", str(path), "--output_dir", str(output_dir)]
@@ -46,7 +46,7 @@ def parse_data(path: Path, output_dir: Path):
 
 
 def parse_sft(path: Path, output_dir: Path):
-    from reflect_trl.trainers.sft import sft_parser
+    from reflect_trl.cli.sft import sft_parser
 
     return sft_parser().parse_args_and_config(["--config", str(path), "--output_dir", str(output_dir), *CPU])
 
@@ -54,7 +54,7 @@ def parse_sft(path: Path, output_dir: Path):
 def parse_rl(path: Path, output_dir: Path):
     from trl import ModelConfig, TrlParser
 
-    from reflect_trl.trainers.rl import ReflectPPOConfig
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
 
     return TrlParser((ReflectPPOConfig, ModelConfig)).parse_args_and_config(
         ["--config", str(path), "--output_dir", str(output_dir), *CPU]
@@ -62,7 +62,7 @@ def parse_rl(path: Path, output_dir: Path):
 
 
 def parse_eval(path: Path, output_dir: Path):
-    from reflect_trl.evaluation import parse_eval_args
+    from reflect_trl.cli.eval import parse_eval_args
 
     return parse_eval_args(["--config", str(path), "--output_dir", str(output_dir)])
 

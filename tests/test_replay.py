@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from reflect_trl.replay import ReplayBuffer, ReplayTurn
+from reflect_trl.trainers.replay import ReplayBuffer, ReplayTurn
 
 
 def _turns(n: int, start: int = 0) -> list[ReplayTurn]:

@@ -6,17 +6,17 @@ import json
 
 import pytest
 
-from reflect_trl.reproduce import (
+from reflect_trl.pipelines.reproduce import (
     COMPARISONS,
     ReproduceConfig,
     compare,
     exposure_table,
-    paired_bootstrap_difference,
     pool_rows,
     run_reproduce,
     training_instances,
     with_instances,
 )
+from reflect_trl.pipelines.statistics import paired_bootstrap_difference
 
 
 def _result(conf, stage, outcomes, decoding="greedy"):
@@ -103,7 +103,7 @@ def test_pool_rows_split_seen_and_unseen_instances():
 
 
 def test_training_instances_of_a_taxi_demo_cover_the_dropoff_start_states(tmp_path):
-    from reflect_trl.demo import DemoConfig
+    from reflect_trl.pipelines.demo import DemoConfig
 
     cfg = DemoConfig(output_dir=str(tmp_path))
     train = training_instances(cfg)
@@ -117,7 +117,7 @@ def test_training_instances_of_a_taxi_demo_cover_the_dropoff_start_states(tmp_pa
 def test_with_instances_rebuilds_the_held_out_instances_of_a_demo_run(tmp_path):
     """A seed evaluated before instances were recorded gets them from its demo configuration; DangerousTaxi's
     dropoff stage repeats its 12 start states."""
-    from reflect_trl.demo import DemoConfig
+    from reflect_trl.pipelines.demo import DemoConfig
 
     cfg = DemoConfig(output_dir=str(tmp_path), eval_episodes_per_stage=40)
     rows = [_result("A", stage, [1] * 40) for stage in ("pickup", "dropoff")]
@@ -176,9 +176,12 @@ def test_reproduce_smoke_two_seeds(tmp_path):
             ]
             assert (match["successes"], match["episodes"]) == (k, n)
     stages = {r["stage"] for r in on_disk["rows"]}
-    assert {(c["b"], c["stage"]) for c in on_disk["comparisons"]} == {
-        (b, s) for _, b in COMPARISONS for s in stages
+    configurations = {r["configuration"] for r in on_disk["rows"]}
+    assert on_disk["protocol"] == "strict"
+    same_decoding = {
+        (c["a"], c["b"], c["stage"]) for c in on_disk["comparisons"] if c["decoding_b"] == c["decoding"]
     }
+    assert same_decoding == {(a, b, s) for a, b in COMPARISONS if {a, b} <= configurations for s in stages}
     for c in on_disk["comparisons"]:
         assert {"a", "b", "stage", "diff", "ci_low", "ci_high"} <= set(c)
         assert c["ci_low"] <= c["diff"] <= c["ci_high"]
@@ -189,7 +192,7 @@ def test_reproduce_smoke_two_seeds(tmp_path):
         assert row["seen"]["successes"] + row["unseen"]["successes"] == row["successes"]
     assert "(unseen)" in md and exposure_table(on_disk["rows"], "greedy") in md
     assert (tmp_path / "success_by_seed_greedy.png").is_file()
-    from reflect_trl.demo import demo_jobs, job_label
+    from reflect_trl.pipelines.demo import demo_jobs, job_label
 
     for seed in (0, 1):
         timings = on_disk["per_seed"][str(seed)]["timings_seconds"]
@@ -214,7 +217,7 @@ def test_reproduce_smoke_two_seeds(tmp_path):
 def test_finished_summary_needs_the_same_configuration(tmp_path):
     from dataclasses import asdict, replace
 
-    from reflect_trl.reproduce import finished_summary
+    from reflect_trl.pipelines.reproduce import finished_summary
 
     cfg = ReproduceConfig(seeds=[3], output_dir=str(tmp_path), smoke=True).demo_config(3)
     seed_dir = tmp_path / "seed_3"
@@ -225,9 +228,7 @@ def test_finished_summary_needs_the_same_configuration(tmp_path):
     (seed_dir / "summary.json").write_text(json.dumps({"results": [{"configuration": "x"}]}))
     assert finished_summary(cfg) == {"results": [{"configuration": "x"}]}
     assert finished_summary(replace(cfg, rl_steps=cfg.rl_steps + 1)) is None  # another configuration
-    older = {
-        k: v for k, v in asdict(cfg).items() if k != "sft_run_learning_rates"
-    }  # a run before a new field
+    older = {k: v for k, v in asdict(cfg).items() if k != "rl_eval_steps"}  # a run before a new field
     (seed_dir / "demo_config.json").write_text(json.dumps(older))
     assert finished_summary(cfg) is None
     (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
@@ -238,7 +239,7 @@ def test_finished_summary_needs_the_same_configuration(tmp_path):
 def test_the_wall_time_table_matches_steps_by_name():
     """Seeds finish their jobs in different orders: each column holds one step of every seed; a step a seed lacks
     shows as a dash."""
-    from reflect_trl.reproduce import results_markdown
+    from reflect_trl.pipelines.reproduce import results_markdown
 
     machine = {
         "cpu_count": 2,
@@ -270,8 +271,8 @@ def test_the_wall_time_table_matches_steps_by_name():
 
 
 def test_evaluate_only_names_the_missing_runs(tmp_path):
-    from reflect_trl.demo import DemoConfig, finish_pooled_demo
     from reflect_trl.errors import UsageError
+    from reflect_trl.pipelines.demo import DemoConfig, finish_pooled_demo
 
     with pytest.raises(UsageError, match=r"no finished run \['rl_plain', 'rl_reflect'"):
         finish_pooled_demo(DemoConfig(output_dir=str(tmp_path)))
@@ -280,11 +281,12 @@ def test_evaluate_only_names_the_missing_runs(tmp_path):
 def test_evaluate_only_refuses_runs_of_another_configuration(tmp_path):
     from dataclasses import asdict
 
-    from reflect_trl.demo import TABLE_ROWS, DemoConfig, finish_pooled_demo
     from reflect_trl.errors import UsageError
+    from reflect_trl.pipelines.demo import DemoConfig, finish_pooled_demo
+    from reflect_trl.pipelines.protocols import CONFIGURATIONS, PROTOCOLS
 
-    for _, policy, reflection in TABLE_ROWS:
-        for run in (policy, reflection):
+    for c in (CONFIGURATIONS[n] for n in PROTOCOLS["strict"].configurations):
+        for run in (c.policy, c.reflection):
             if run:
                 (tmp_path / "runs" / run).mkdir(parents=True, exist_ok=True)
                 (tmp_path / "runs" / run / "config.json").write_text("{}")
@@ -292,3 +294,46 @@ def test_evaluate_only_refuses_runs_of_another_configuration(tmp_path):
     (tmp_path / "demo_config.json").write_text(json.dumps(asdict(trained)))
     with pytest.raises(UsageError, match=r"other settings .* for \['rl_steps'\]; pass --config"):
         finish_pooled_demo(DemoConfig(output_dir=str(tmp_path), rl_steps=300, eval_episodes_per_stage=10))
+
+
+def test_the_interval_includes_the_seed_to_seed_variance():
+    """Two seeds whose differences point opposite ways: over instances within seeds the interval excludes 0 for
+    each seed alone, but the two-level bootstrap (seeds first) covers both signs; one seed reduces to the
+    instance bootstrap."""
+    from reflect_trl.pipelines.statistics import hierarchical_bootstrap
+
+    up, down = [1] * 40 + [0] * 10, [0] * 40 + [-1] * 10
+    _, low, high = hierarchical_bootstrap([up, down], resamples=2000, seed=1)
+    assert low < 0 < high
+    point, low_one, high_one = hierarchical_bootstrap([up], resamples=2000, seed=1)
+    assert point == pytest.approx(0.8) and 0 < low_one < point < high_one
+    diff, low_pair, _ = paired_bootstrap_difference([[1] * 50], [[0] * 40 + [1] * 10], resamples=500)
+    assert diff == pytest.approx(0.8) and low_pair > 0
+
+
+def test_versus_best_compares_rl_with_its_start_at_the_starts_best_decoding():
+    per_seed = {
+        seed: [
+            _result("Reflect-RL", "full", [1, 1, 0, 0], decoding="greedy"),
+            _result("Reflect-RL", "full", [1, 0, 0, 0], decoding="sampled"),
+            _result("Reflect SFT (before RL)", "full", [1, 1, 1, 0], decoding="greedy"),
+            _result("Reflect SFT (before RL)", "full", [0, 0, 0, 0], decoding="sampled"),
+        ]
+        for seed in (0, 1)
+    }
+    rows = compare(
+        per_seed, [("Reflect-RL", "Reflect SFT (before RL)")], ("greedy", "sampled"), 200,
+        versus_best=[("Reflect-RL", "Reflect SFT (before RL)")],
+    )  # fmt: skip
+    by = {(c["decoding"], c["decoding_b"]): c["diff"] for c in rows}
+    assert by == {("greedy", "greedy"): pytest.approx(-0.25), ("sampled", "sampled"): pytest.approx(0.25),
+                  ("sampled", "greedy"): pytest.approx(-0.5)}  # fmt: skip
+
+
+def test_restrict_to_unseen_keeps_the_instances_no_training_task_posed():
+    from reflect_trl.pipelines.reproduce import restrict_to_unseen
+
+    result = {**_result("A", "full", [1, 0, 1]), "instances": ["x", "y", "z"]}
+    kept = restrict_to_unseen({0: [result]}, {0: {"full": {"y"}}})[0][0]
+    assert kept["instances"] == ["x", "z"] and kept["outcomes"] == [1, 1] and kept["successes"] == 2
+    assert kept["episodes"] == 2 and kept["success_rate"] == 1.0

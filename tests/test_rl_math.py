@@ -9,14 +9,15 @@ import torch
 
 from reflect_trl.rl_math import (
     approx_kl,
+    episode_advantages,
     explained_variance,
     gae_advantages,
     gigpo_advantages,
+    kl_over_options,
     reinforce_advantages,
     returns_to_go,
     rloo_advantages,
     turn_losses,
-    weight_positive,
     whiten,
 )
 
@@ -117,12 +118,21 @@ def test_whiten():
     assert torch.isfinite(whiten(torch.tensor([2.0, 2.0, 2.0]))).all()
 
 
+def _two_option_table(logp: torch.Tensor) -> torch.Tensor:
+    """(B, 2) option tables whose option 0 has log-prob ``logp`` (differentiable in ``logp``)."""
+    return torch.stack([logp, torch.log1p(-logp.exp())], dim=-1)
+
+
+def _chosen(n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=torch.long)
+
+
 def _value_terms(values, old, returns, clip=0.2):
     zeros = torch.zeros_like(values)
     return turn_losses(
-        zeros,
-        zeros,
-        zeros,
+        _two_option_table(zeros - 0.5),
+        _chosen(len(values)),
+        zeros - 0.5,
         zeros,
         clip_low=0.2,
         clip_high=0.2,
@@ -155,11 +165,11 @@ def test_clipped_value_loss_active_clip():
 
 def test_clipped_surrogate_by_hand():
     # ratios e^{0.5} = 1.65 (clipped above for A > 0), e^{-0.5} = 0.61 (clipped below for A < 0), 1.1 (inside)
-    logp = torch.tensor([0.5, -0.5, math.log(1.1), 0.5])
-    old = torch.zeros(4)
+    old = torch.full((4,), -1.5)
+    logp = old + torch.tensor([0.5, -0.5, math.log(1.1), 0.5])
     adv = torch.tensor([2.0, -1.0, 3.0, -2.0])
-    terms = turn_losses(logp, old, adv, torch.zeros(4), clip_low=0.2, clip_high=0.3)
-    r = torch.exp(logp)
+    terms = turn_losses(_two_option_table(logp), _chosen(4), old, adv, clip_low=0.2, clip_high=0.3)
+    r = torch.exp(logp - old)
     expected = torch.tensor(
         [
             -1.3 * 2.0,
@@ -173,18 +183,35 @@ def test_clipped_surrogate_by_hand():
     assert terms.kl is None and terms.value is None
     # gradient vanishes exactly where the clipped term is the minimum
     lp = logp.clone().requires_grad_(True)
-    turn_losses(lp, old, adv, torch.zeros(4), clip_low=0.2, clip_high=0.3).policy.sum().backward()
+    turn_losses(
+        _two_option_table(lp), _chosen(4), old, adv, clip_low=0.2, clip_high=0.3
+    ).policy.sum().backward()
     assert lp.grad[0] == 0 and lp.grad[1] == 0
     assert lp.grad[2].item() == pytest.approx(-3.0 * 1.1)
 
 
-def test_kl_to_reference_is_k3_and_zero_at_equality():
+def test_kl_to_reference_is_exact_over_the_offered_options_and_zero_at_equality():
     logp = torch.tensor([-1.0, -2.0])
     ref = torch.tensor([-1.0, -1.5])
-    terms = turn_losses(logp, logp, torch.zeros(2), torch.zeros(2), clip_low=0.2, clip_high=0.2, ref_logp=ref)
-    d = ref - logp
-    torch.testing.assert_close(terms.kl, torch.exp(d) - d - 1)
+    terms = turn_losses(
+        _two_option_table(logp),
+        _chosen(2),
+        logp,
+        torch.zeros(2),
+        clip_low=0.2,
+        clip_high=0.2,
+        ref_log_probs=_two_option_table(ref),
+    )
+    p, q = logp.exp(), ref.exp()
+    exact = p * (logp - ref) + (1 - p) * (torch.log1p(-p) - torch.log1p(-q))
+    torch.testing.assert_close(terms.kl, exact)
     assert terms.kl[0].item() == 0.0 and terms.kl[1].item() > 0
+    # options not offered (-inf in both tables) add nothing
+    table = torch.tensor([[-0.5, -1.0, float("-inf")]]).log_softmax(-1)
+    ref3 = torch.tensor([[-1.0, -0.5, float("-inf")]]).log_softmax(-1)
+    kl = kl_over_options(table, ref3)
+    want = (table[0, :2].exp() * (table[0, :2] - ref3[0, :2])).sum()
+    torch.testing.assert_close(kl[0], want)
 
 
 def test_approx_kl_and_explained_variance():
@@ -272,8 +299,30 @@ def test_explained_variance_from_moments_matches_the_direct_one():
     assert got == pytest.approx(explained_variance(values, returns), rel=1e-5)
 
 
-def test_weight_positive_scales_only_the_positive_advantages():
-    a = torch.tensor([-1.5, -0.0, 0.0, 0.5, 2.0])
-    torch.testing.assert_close(weight_positive(a, 0.1), torch.tensor([-1.5, 0.0, 0.0, 0.05, 0.2]))
-    torch.testing.assert_close(weight_positive(a, 1.0), a)
-    torch.testing.assert_close(weight_positive(a, 0.0), torch.tensor([-1.5, 0.0, 0.0, 0.0, 0.0]))
+def test_gigpo_std_floor_keeps_discount_only_differences_small():
+    """Two successes that differ only by discounting (0.95^2 vs 0.95^4): scaled by their tiny std they become +-0.7;
+    with a floor of 0.1 on the std they stay a small fraction of a crash-vs-success difference."""
+    rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 1.0]]
+    keys = [["a", "b", "c"], ["a", "d", "e", "f", "g"]]
+    blown_up, _ = gigpo_advantages(rewards, [0, 0], keys, gamma=0.95, step_weight=1.0, scale="group")
+    floored, _ = gigpo_advantages(
+        rewards, [0, 0], keys, gamma=0.95, step_weight=1.0, scale="group", std_floor=0.1
+    )
+    g = [0.95**2, 0.95**4]
+    assert blown_up[0][0] == pytest.approx(1 / math.sqrt(2), abs=1e-3)  # (g - mean) / std of two values
+    assert floored[0][0] == pytest.approx((g[0] - sum(g) / 2) / (0.1 + 1e-6), rel=1e-6)
+    assert abs(floored[0][0]) < 0.5 and floored[0][0] == pytest.approx(-floored[1][0])
+    crash, _ = gigpo_advantages([[1.0], [-0.5]], [0, 0], [["a"], ["a"]], scale="group", std_floor=0.1)
+    assert crash[0][0] > 1.0  # a real difference is still scaled by its own (larger) std
+
+
+def test_episode_advantages_dispatches_each_estimator():
+    rewards, groups = [[0.0, 1.0], [-0.5]], [0, 0]
+    assert episode_advantages("rloo", rewards, groups, gamma=1.0).advantages == rloo_advantages(
+        rewards, groups
+    )
+    gae = episode_advantages("gae", rewards, groups, gamma=1.0, values=[[0.0, 0.0], [0.0]], gae_lambda=1.0)
+    assert gae.value_targets == [[1.0, 1.0], [-0.5]]
+    assert episode_advantages("gigpo", rewards, groups, gamma=1.0, state_keys=[["a", "b"], ["a"]]).step_groups
+    with pytest.raises(ValueError, match="unknown advantage estimator"):
+        episode_advantages("ppo2", rewards, groups, gamma=1.0)

@@ -178,7 +178,7 @@ def test_greedy_actor_and_value_fn(policy_parts, tasks):
     options, logps, entropies, values = actor.act(ids, [3, 2])
     with torch.no_grad():
         input_ids, mask = left_pad(ids, tok.pad_token_id)
-        table = head.log_probs(model, input_ids, mask, torch.tensor([3, 2]))
+        table = head.forward(model, ids, [3, 2]).log_probs
         out = model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -322,44 +322,3 @@ def test_prompts_carry_the_bos_that_sft_trained_with(tiny_model_dir):
     assert all(x[0] == bos_id and x.count(bos_id) == 1 for x in ids)
     episodes = engine.run(env.make_tasks("validation", 2, seed=1))
     assert all(turn.prompt_ids[0] == bos_id for ep in episodes for turn in ep.turns)
-
-
-def test_exploration_epsilon_draws_uniform_options_and_keeps_policy_logprobs(policy_parts, tasks):
-    """With epsilon, about that share of turns takes a uniformly drawn option (every option shows up, whatever the
-    policy prefers); each turn still records the policy's own log-prob of the option taken (the PPO denominator)."""
-    model, tok, head = policy_parts
-    with pytest.raises(ValueError, match="exploration_epsilon"):
-        PolicyActor(model, tok, head, exploration_epsilon=1.0)
-    with pytest.raises(ValueError, match="sampling actor"):
-        PolicyActor(model, tok, head, greedy=True, exploration_epsilon=0.1)
-    actor = PolicyActor(model, tok, head, exploration_epsilon=0.5)
-    prompts = [build_prompt(f"state {i}", ("a", "b", "c", "d")) for i in range(400)]
-    ids = [_tokenize(tok, p.text) for p in prompts]
-    torch.manual_seed(0)
-    options, logps, _, _ = actor.act(ids, [4] * len(ids))
-    explored = actor.last_explored
-    with torch.no_grad():
-        input_ids, mask = left_pad(ids, tok.pad_token_id)
-        table = head.log_probs(model, input_ids, mask, torch.tensor([4] * len(ids)))
-    assert logps == pytest.approx(
-        table.gather(-1, torch.tensor(options)[:, None]).view(-1).tolist(), abs=1e-5
-    )
-    share = sum(explored) / len(explored)
-    assert 0.4 < share < 0.6
-    drawn = [o for o, e in zip(options, explored, strict=True) if e]
-    assert set(drawn) == {0, 1, 2, 3}
-    assert all(drawn.count(o) > len(drawn) / 8 for o in range(4)), "uniform over the offered options"
-    # In the engine: explored turns are marked, logged in the transcript and counted by episode_metrics.
-    torch.manual_seed(1)
-    episodes = RolloutEngine("taxi", PolicyActor(model, tok, head, exploration_epsilon=0.5)).run(tasks)
-    turns = [t for ep in episodes for t in ep.turns]
-    assert any(t.explored for t in turns)
-    stats = episode_metrics(episodes)
-    assert stats["explored_turn_share"] == pytest.approx(sum(t.explored for t in turns) / len(turns))
-    marked = [row.get("explored", False) for ep in episodes for row in ep.transcript()["turns"]]
-    assert marked == [t.explored for t in turns]
-    for ep in episodes:
-        _check_episode_replays(ep)
-    plain = RolloutEngine("taxi", PolicyActor(model, tok, head)).run(tasks)
-    assert not any(t.explored for ep in plain for t in ep.turns)
-    assert "explored_turn_share" not in episode_metrics(plain)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 from _benchmarks import load_benchmark
-from reflect_trl.data_builder import DataBuilderConfig, build_datasets
+from reflect_trl.data.builder import DataBuilderConfig, build_datasets
 from reflect_trl.tiny_models import build_tiny_model
 
 

@@ -19,7 +19,6 @@ repeat them).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -36,7 +35,7 @@ from reflect_trl.action_head import OptionHead
 from reflect_trl.config_lists import parse_list
 from reflect_trl.envs import Task, make_env
 from reflect_trl.progress import progress_bar
-from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, resolve_option_labels
+from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, recommended_action, resolve_option_labels
 from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE, CachedReflectionPlayer
 from reflect_trl.reflection.player import REFLECTION_BACKENDS, ReflectionPlayer, make_reflection_player
 from reflect_trl.rollout import Actor, Episode, PolicyActor, RolloutEngine
@@ -113,6 +112,9 @@ class EvalSettings:
     # Greedy decoding: a memo per reflection model, shared by the configurations, stages and batches that use it,
     # generates each distinct reflection prompt once (reflect_trl.reflection.cache); 0 disables it.
     reflection_cache_size: int = DEFAULT_REFLECTION_CACHE_SIZE
+    # Record every turn's optimal actions (TextEnv.optimal_actions) for the reflection diagnostics of configurations
+    # with a reflection model (EvalResult.diagnostics)
+    reflection_diagnostics: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.env_kwargs, str):
@@ -165,6 +167,8 @@ class EvalResult:
     outcomes: list[int] = field(default_factory=list)
     #: the problem instance of each episode (``TextEnv.instance_key``): intervals resample instances, not episodes
     instances: list[str] = field(default_factory=list)
+    #: counts of :func:`reflection_diagnostics` (they add up over seeds)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_episodes(
@@ -195,7 +199,51 @@ class EvalResult:
             seconds=seconds,
             outcomes=[int(ep.success) for ep in episodes],
             instances=instances,
+            diagnostics=reflection_diagnostics(episodes),
         )
+
+
+def reflection_diagnostics(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """How the reflections steered the policy, as counts over turns (they add up over seeds). A turn's *named*
+    action is the one its reflection recommends (``prompts.recommended_action``: the action text it names last); it is
+    *right* when it is among the state's optimal actions (``Turn.optimal_actions``, recorded by the evaluation).
+
+    ``named`` / ``named_right``: turns whose reflection names an action / an optimal one (the closed-loop rate at
+    which the reflections name an optimal move is ``named_right / known``); ``followed``: the policy took the named
+    action; ``named_wrong`` / ``deviated_from_wrong`` and ``named_right`` / ``deviated_from_right``: the mechanism check
+    (a policy that learns where its reflection is wrong raises the first rate and keeps the second at 0);
+    ``crashes`` by ``crash_causes`` (``info["crash_cause"]`` where the environment names one) and
+    ``crashes_on_named_wrong``: crashes on a wrongly named action that the policy followed."""
+    counts: dict[str, Any] = dict.fromkeys(
+        ("turns", "known", "named", "named_right", "named_wrong", "followed", "deviated_from_wrong",
+         "deviated_from_right", "crashes", "crashes_on_named_wrong"), 0
+    )  # fmt: skip
+    causes: dict[str, int] = {}
+    for ep in episodes:
+        for k, turn in enumerate(ep.turns):
+            counts["turns"] += 1
+            named = recommended_action(turn.reflection, turn.actions) if turn.reflection is not None else None
+            if named is not None:
+                counts["named"] += 1
+                counts["followed"] += turn.action_index == named
+            right = None
+            if turn.optimal_actions is not None:
+                counts["known"] += 1
+                if named is not None:
+                    right = named in turn.optimal_actions
+                    counts["named_right" if right else "named_wrong"] += 1
+                    if turn.action_index != named:
+                        counts["deviated_from_right" if right else "deviated_from_wrong"] += 1
+            if ep.crashed and k == len(ep.turns) - 1:
+                counts["crashes"] += 1
+                cause = str(ep.info.get("crash_cause", "unknown"))
+                causes[cause] = causes.get(cause, 0) + 1
+                if right is False and turn.action_index == named:
+                    counts["crashes_on_named_wrong"] += 1
+                    key = f"on_named_wrong:{cause}"
+                    causes[key] = causes.get(key, 0) + 1
+    counts["crash_causes"] = causes
+    return counts
 
 
 def instance_keys(settings: EvalSettings, tasks: Sequence[Task]) -> list[str]:
@@ -321,6 +369,7 @@ def run_configuration(
         reflection,
         env_kwargs=settings.env_kwargs,
         shuffle_options=settings.shuffle_options,
+        record_optimal_actions=settings.reflection_diagnostics and reflection is not None,
     )
     episodes: list[Episode] = []
     for start in range(0, len(tasks), settings.batch_size):
@@ -485,236 +534,4 @@ def evaluate(
         reflection: {"lookups": memo.lookups, "hits": memo.hits, "generated": memo.lookups - memo.hits}
         for (_, reflection), memo in cache.reflection_memos.items()
     }
-    return report
-
-
-def _configurations_from(raw: Any, source: str) -> list[EvalConfiguration]:
-    if not isinstance(raw, list):
-        raise ValueError(
-            f"{source}: 'configurations' must be a list of {{name, policy, reflection}} mappings"
-        )
-    out = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict) or "policy" not in item:
-            raise ValueError(f"{source}: configurations[{i}] needs a 'policy' field, got {item!r}")
-        unknown = set(item) - {"name", "policy", "reflection"}
-        if unknown:
-            raise ValueError(f"{source}: configurations[{i}] has unknown field(s) {sorted(unknown)}")
-        out.append(
-            EvalConfiguration(
-                str(item.get("name") or item["policy"]), str(item["policy"]), item.get("reflection")
-            )
-        )
-    return out
-
-
-#: Help of the ``reflect-trl eval`` flags that set an :class:`EvalSettings` field (the YAML key of the same name).
-SETTING_HELP: dict[str, str] = {
-    "env_name": "registered environment (default: taxi)",
-    "env_kwargs": "environment kwargs, a JSON object (e.g. '{\"horizon\": 15}')",
-    "split": "task split played (default: test, held out from training)",
-    "stages": "stages to evaluate: comma-separated or a JSON list (default: all of the environment's)",
-    "decodings": "greedy, sampled or both: comma-separated or a JSON list (default: greedy,sampled)",
-    "episodes_per_stage": "episodes per stage and configuration (default: 100)",
-    "seed": "seed of the tasks, episodes and sampling (default: 1234)",
-    "batch_size": "episodes played in lock-step (default: 64)",
-    "device": "cpu, cuda, cuda:1, ... (default: cuda when available)",
-    "option_labels": "option labels; default: those recorded with each policy (must match them)",
-    "reflection_max_new_tokens": "token budget of one reflection (default: 64)",
-    "reflection_temperature": "reflection temperature of sampled decoding (default: 1.0; greedy decodes greedily)",
-    "reflection_backend": "hf: reflection models run here (default); openai: 'reflection' names a served model",
-    "reflection_base_url": "openai backend: the server's base URL, e.g. http://127.0.0.1:8000/v1",
-    "reflection_api_key_env": "openai backend: environment variable holding the API key",
-    "reflection_concurrency": "openai backend: requests in flight (default: 32)",
-    "reflection_timeout": "openai backend: seconds per request (default: 60)",
-    "reflection_max_retries": "openai backend: retries of a failed request (default: 3)",
-}
-_INT_SETTINGS = (
-    "episodes_per_stage",
-    "seed",
-    "batch_size",
-    "reflection_max_new_tokens",
-    "reflection_concurrency",
-    "reflection_max_retries",
-)
-_FLOAT_SETTINGS = ("reflection_temperature", "reflection_timeout")
-
-
-def eval_parser() -> argparse.ArgumentParser:
-    """The command line of ``reflect-trl eval``."""
-    parser = argparse.ArgumentParser(
-        prog="reflect-trl eval",
-        usage="reflect-trl eval [--config EVAL.yaml] [--policy DIR [--reflection DIR] [--name NAME] ...] "
-        "[--SETTING VALUE ...]",
-        description="Evaluate policies (with or without a reflection model, or the built-in oracle/random) on "
-        "held-out episodes of every stage: success with 95 % Wilson intervals, results.json, results.md and "
-        "transcripts. Configurations come from --config (a 'configurations' list) and/or --policy.",
-    )
-    parser.add_argument(
-        "--config",
-        metavar="EVAL.yaml",
-        help="YAML with settings (the flags below) and a 'configurations' list",
-    )
-    parser.add_argument(
-        "--policy",
-        action=_ConfigurationFlag,
-        help="add one configuration: a policy directory / hub id, or oracle / random (repeatable)",
-    )
-    parser.add_argument(
-        "--reflection",
-        action=_ConfigurationFlag,
-        help="the reflection model of the configuration of the --policy before it (default: none)",
-    )
-    parser.add_argument(
-        "--name",
-        action=_ConfigurationFlag,
-        help="the name of the configuration of the --policy before it (default: the policy's directory name)",
-    )
-    parser.add_argument("--output_dir", default=None, help="where results go (default: outputs/eval)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    for name, help_ in SETTING_HELP.items():
-        kwargs: dict[str, Any] = {"default": None, "help": help_}
-        if name in _INT_SETTINGS:
-            kwargs["type"] = int
-        elif name in _FLOAT_SETTINGS:
-            kwargs["type"] = float
-        elif name == "reflection_backend":
-            kwargs["choices"] = REFLECTION_BACKENDS
-        parser.add_argument(f"--{name}", **kwargs)
-    return parser
-
-
-class _ConfigurationFlag(argparse.Action):
-    """``--policy`` opens a configuration; ``--reflection`` / ``--name`` complete the last one opened, so
-    ``--policy A --reflection R --name a --policy B`` gives two configurations (nothing is silently replaced)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        configs = getattr(namespace, "cli_configurations", None) or []
-        if self.dest == "policy":
-            configs.append({"policy": values})
-        elif not configs:
-            parser.error(
-                f"{option_string} {values!r} comes before any --policy: it belongs to the --policy before it"
-            )
-        elif self.dest in configs[-1]:
-            parser.error(
-                f"{option_string} given twice for --policy {configs[-1]['policy']!r} "
-                f"({configs[-1][self.dest]!r}, then {values!r})"
-            )
-        else:
-            configs[-1][self.dest] = values
-        namespace.cli_configurations = configs
-
-
-def read_eval_yaml(path: str) -> dict[str, Any]:
-    """An eval YAML file as a mapping (a missing file, invalid YAML or a non-mapping is a usage error)."""
-    import yaml
-
-    from reflect_trl.errors import MissingPathError, UsageError
-
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise MissingPathError(
-            f"--config {path!r} does not exist (an eval YAML file, e.g. recipes/taxi/cpu/eval.yaml)"
-        )
-    try:
-        raw = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise UsageError(f"{path}{where}: invalid YAML ({getattr(err, 'problem', None) or err})") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: the YAML must be a mapping of settings and a 'configurations' list")
-    return raw
-
-
-def parse_eval_args(
-    argv: Sequence[str] | None = None,
-) -> tuple[list[EvalConfiguration], EvalSettings, str]:
-    """(configurations, settings, output_dir) of an ``eval`` command line: the ``--config`` YAML, overridden by
-    the flags. Unknown YAML keys and an empty list of configurations are errors (``SystemExit``, as argparse)."""
-    from reflect_trl.errors import usage_errors
-
-    parser = eval_parser()
-    args = parser.parse_args(argv)
-    if args.no_progress:
-        from reflect_trl.progress import disable_progress
-
-        disable_progress()
-    raw: dict[str, Any] = read_eval_yaml(args.config) if args.config else {}
-    source = args.config or "command line"
-    with usage_errors():
-        configurations = _configurations_from(raw.pop("configurations", []), source)
-    output_dir = args.output_dir or raw.pop("output_dir", "outputs/eval")
-    raw.pop("output_dir", None)
-    for key in SETTING_HELP:
-        if getattr(args, key) is not None:
-            raw[key] = getattr(args, key)
-    for flags in getattr(args, "cli_configurations", None) or []:
-        configurations.append(
-            EvalConfiguration(
-                flags.get("name") or Path(flags["policy"]).name, flags["policy"], flags.get("reflection")
-            )
-        )
-    if not configurations:
-        parser.error("nothing to evaluate: give --policy or a 'configurations' list in --config")
-    known = set(EvalSettings.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        parser.error(f"{source}: unknown setting(s) {unknown}; known: {sorted(known)}")
-    try:
-        settings = EvalSettings(**raw)
-    except (ValueError, TypeError) as err:
-        parser.error(f"{source}: {err}")
-    return configurations, settings, str(output_dir)
-
-
-def check_eval_inputs(configurations: Sequence[EvalConfiguration], settings: EvalSettings) -> None:
-    """Up-front checks of ``reflect-trl eval`` (before any model is loaded or file written): the environment, its
-    kwargs and stages, unique names, every model path, the option labels against each policy's tokenizer and the
-    reflection server settings. Raises :class:`~reflect_trl.errors.UsageError`."""
-    from reflect_trl.errors import UsageError, usage_errors
-    from reflect_trl.validation import (
-        check_env,
-        check_label_tokens,
-        check_reflection_server,
-        load_tokenizer_checked,
-    )
-
-    check_env(settings.env_name, settings.env_kwargs, settings.stages)
-    names = [c.name for c in configurations]
-    if len(set(names)) != len(names):
-        raise UsageError(f"configuration names must be unique, got {names}")
-    served = settings.reflection_backend == "openai"
-    for conf in configurations:
-        conf.check_models(served_reflection=served)
-        with usage_errors(f"configuration {conf.name!r}"):
-            labels = policy_labels(settings, conf)
-        if conf.policy not in SCRIPTED_POLICIES:
-            tokenizer = load_tokenizer_checked(conf.policy, f"configuration {conf.name!r}: policy")
-            check_label_tokens(tokenizer, labels, f"configuration {conf.name!r}: option labels")
-        if served and conf.reflection:
-            check_reflection_server(
-                base_url=settings.reflection_base_url,
-                model_name=conf.reflection,
-                max_new_tokens=settings.reflection_max_new_tokens,
-                concurrency=settings.reflection_concurrency,
-                timeout=settings.reflection_timeout,
-                max_retries=settings.reflection_max_retries,
-                api_key_env=settings.reflection_api_key_env,
-            )
-
-
-def eval_cli(argv: Sequence[str] | None = None) -> EvalReport:
-    """``reflect-trl eval --config eval.yaml`` or ``--policy DIR [--reflection DIR]`` (flags override the YAML)."""
-    configurations, settings, output_dir = parse_eval_args(argv)
-    check_eval_inputs(configurations, settings)
-    report = evaluate(configurations, settings)
-    paths = report.write(output_dir)
-    print(report.markdown())
-    print(
-        f"[eval] wrote {paths['json']}, {paths['markdown']} and transcripts under {Path(output_dir) / 'transcripts'}"
-    )
     return report

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from reflect_trl.errors import UsageError, describe
 from reflect_trl.validation import check_model_path
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -110,3 +111,14 @@ def load_causal_lm(
     if quantization is not None and getattr(quantization, "load_in_4bit", False):
         disable_bnb_cpu_repacking(model)
     return model
+
+
+def load_tokenizer_checked(ref: str, what: str):
+    """:func:`load_tokenizer` with the path check first and a loading error as bad input."""
+    check_model_path(ref, what)
+    try:
+        return load_tokenizer(ref)
+    except (OSError, ValueError) as err:
+        raise UsageError(
+            f"{what} {ref!r}: cannot load its tokenizer ({describe(err).splitlines()[0]})"
+        ) from err

@@ -229,3 +229,13 @@ def label_token_ids(tokenizer, labels: Sequence[str] = DEFAULT_LABELS, cue: str 
             "(e.g. `option_labels: ABCDEFGH`) or a tokenizer that has them"
         )
     return ids
+
+
+def recommended_action(reflection: str | None, actions: Sequence[str]) -> int | None:
+    """Index of the action whose text occurs last in ``reflection`` (the one it recommends), or None."""
+    best, position = None, -1
+    for index, text in enumerate(actions):
+        found = (reflection or "").rfind(text)
+        if found > position:
+            best, position = index, found
+    return best

@@ -1,17 +1,16 @@
-"""The RL math of Reflect-RL, in one place (CleanRL style).
+"""The RL math of Reflect-RL, in one place (CleanRL style): advantages, their finalisation, and the whole objective.
 
-Everything here works on *turns*: one turn = one decision of the policy = one training sample. An episode
-of length T has rewards r_0..r_{T-1}; the last turn is terminal (the horizon H is part of the task, so a
-truncated episode is treated as terminal too).
+Everything here works on *turns*: one turn = one decision of the policy = one training sample. An episode of length T
+has rewards r_0..r_{T-1}; the last turn is terminal (the horizon H is part of the task, so a truncated episode is
+treated as terminal too).
 
-Advantage estimators (``advantage_estimator``):
+**1. Advantage estimators** (``advantage_estimator``, :func:`episode_advantages`):
 
 * ``reinforce`` — return-to-go (the paper's policy gradient, REINFORCE on the Monte-Carlo return)
       G_t = sum_{k>=t} gamma^(k-t) r_k,       A_t = G_t - b
   with b = 0, or the batch mean of G over all turns (``baseline="batch"``).
 * ``rloo`` — leave-one-out baseline across the K episodes of the same task (same task, same turn index):
       A^i_t = G^i_t - 1/(K-1) * sum_{j != i} G^j_t          (G^j_t = 0 once episode j has ended)
-  The baseline does not depend on episode i's actions, so the estimator stays unbiased.
 * ``gigpo`` — group-in-group advantages (GiGPO, arXiv 2505.10978): an episode-level group advantage plus a
   step-level advantage over the turns of the task's episodes that stand in the *same environment state*
   (``TextEnv.state_key()``):
@@ -19,33 +18,39 @@ Advantage estimators (``advantage_estimator``):
       A_S(i,t) = (G^i_t - mean_{(j,u) in S(i,t)} G^j_u) / F_S           S(i,t) = turns of the task's episodes whose
                                                                           state key equals that of (i, t)
       A^i_t    = A_E(i) + omega * A_S(i,t)
-  with G the discounted return-to-go (gamma), F the group's standard deviation (``scale="group"``) or 1
-  (``"none"``), and A_S = 0 for a state seen once. Groups never cross tasks.
+  with G the discounted return-to-go (gamma; GiGPO uses 0.95, which also penalises loops), F = max(std, F_min) of the
+  group (``scale="group"``; the floor F_min keeps a group whose returns differ only by discounting from being
+  blown up to +-1) or 1 (``"none"``), and A_S = 0 for a state seen once. Groups never cross tasks.
 * ``gae`` — generalised advantage estimation over turns with a learned value V(s_t):
       delta_t = r_t + gamma * V(s_{t+1}) * (1 - done_t) - V(s_t)
       A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
       R_t     = A_t + V(s_t)                                  (value target)
-  and the clipped value loss of PPO:
-      L_V = 1/2 * max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2)
 
-Optional whitening: A <- (A - mean(A)) / (std(A) + 1e-8).
-Optional down-weighting of positive advantages (Weighted-REINFORCE, Zhu et al. 2025, arXiv 2506.01347), after
-whitening:  A <- lambda_+ * A where A > 0, A unchanged where A <= 0  (``positive_advantage_weight`` lambda_+; 1 = off,
-0 = negative-sample reinforcement only: failing actions are pushed down, their probability flows to the others in
-proportion to their own, and the successful ones are not sharpened).
+**2. Finalisation** (:func:`finalize_advantages`): optional whitening over the rollout batch,
+A <- (A - mean(A)) / (std(A) + 1e-8) (``whiten_advantages``; off by default for ``gigpo``, whose advantages are
+already group-normalised, on for the others).
 
-The loss (:func:`turn_losses`, summed by the trainer over the real turns of an accumulation window):
+**3. The objective** (:func:`turn_losses` per turn, :func:`window_mean` to normalise; the trainer adds them up):
 
 * probability ratio        r_t   = exp(log pi_theta(a_t|s_t) - log pi_old(a_t|s_t))
 * clipped surrogate (PPO)  L^CLIP_t = -min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t)
-* KL to the reference      KL_t  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1       (k3 estimator, >= 0)
-* entropy over the options H_t   = -sum_o pi_theta(o|s_t) log pi_theta(o|s_t)       (offered options only)
+* KL to the reference      KL_t  = sum_o pi_theta(o|s_t) (log pi_theta(o|s_t) - log pi_ref(o|s_t))
+                                   (exact, over the offered options o)
+* entropy over the options H_t   = -sum_o pi_theta(o|s_t) log pi_theta(o|s_t)
 * clipped value loss       L^V_t = 1/2 max((V_t - R_t)^2, (V_old,t + clip(V_t - V_old,t, -eps_v, eps_v) - R_t)^2)
-* SFT anchor (PPO-ptx)     L^SFT_j = -log pi_theta(y_j|x_j)     over rows (x_j, y_j) of the policy's SFT data
 * total                    L = 1/N sum_t [L^CLIP_t + beta KL_t - c_H H_t] + c_V / N_V sum_{t in V} L^V_t
-                               + lambda_SFT / N_A sum_j L^SFT_j
-  where N (N_V, N_A) is the number of real (value-carrying, anchor) turns in the optimizer step's accumulation
-  window over all processes, so the gradient is the same on 1 or k processes and for any gradient accumulation.
+  where N (N_V) is the number of real (value-carrying) turns in the optimizer step's accumulation window over all
+  processes, so the gradient is the same on 1 or k processes and for any gradient accumulation.
+
+**4. The reflection player's objective** (``train_reflection``, :func:`reflection_token_losses`): the turn's advantage
+A_t trains the tokens y_1..y_n of the reflection the policy read at that turn, with a token-level clipped surrogate
+normalised per turn (a long reflection weighs as much as a short one):
+
+      rho_tj  = exp(log phi(y_j|x_t, y_<j) - log phi_old(y_j|x_t, y_<j))
+      L^R_t   = 1/n_t sum_j -min(rho_tj A_t, clip(rho_tj, 1 - eps_low, 1 + eps_high) A_t)
+      KL^R_t  = 1/n_t sum_j [phi_ref/phi - log(phi_ref/phi) - 1](y_j)   (k3 per token: the vocabulary is too large
+                                                                          for the exact sum)
+  and the total gains 1/N sum_t [L^R_t + beta_R KL^R_t] (the same N as the policy's turns).
 
 Diagnostics: approx KL(old || new) = mean((r_t - 1) - log r_t); clip fraction = share of turns whose ratio left
 [1 - eps_low, 1 + eps_high]; explained variance = 1 - Var(R - V) / Var(R).
@@ -61,6 +66,7 @@ import torch
 ADVANTAGE_ESTIMATORS = ("reinforce", "rloo", "gae", "gigpo")
 
 
+# ------------------------------------------------------------------------------------------ 1. advantage estimators
 def returns_to_go(rewards: Sequence[float], gamma: float = 1.0) -> list[float]:
     """G_t = r_t + gamma * G_{t+1}, computed backwards; G_T = 0."""
     out = [0.0] * len(rewards)
@@ -85,6 +91,13 @@ def reinforce_advantages(
     return [[g - b for g in ep] for ep in returns]
 
 
+def _groups(group_ids: Sequence[int]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(g, []).append(i)
+    return groups
+
+
 def rloo_advantages(
     episodes_rewards: Sequence[Sequence[float]], group_ids: Sequence[int], gamma: float = 1.0
 ) -> list[list[float]]:
@@ -95,11 +108,8 @@ def rloo_advantages(
     if len(episodes_rewards) != len(group_ids):
         raise ValueError("episodes_rewards and group_ids must have the same length")
     returns = [returns_to_go(r, gamma) for r in episodes_rewards]
-    groups: dict[int, list[int]] = {}
-    for i, g in enumerate(group_ids):
-        groups.setdefault(g, []).append(i)
     advantages: list[list[float]] = [[] for _ in returns]
-    for members in groups.values():
+    for members in _groups(group_ids).values():
         k = len(members)
         horizon = max(len(returns[i]) for i in members)
         # totals[t] = sum_j G^j_t over the group (G^j_t = 0 after episode j ended)
@@ -120,8 +130,9 @@ class StepGroupStats(NamedTuple):
     step_advantage_std: float  # standard deviation of A_S over all turns
 
 
-def _centre_and_scale(values: list[float], scale: str) -> list[float]:
-    """(x - mean) / F with F = sample std + 1e-6 (``"group"``) or 1 (``"none"``); a single value gives 0."""
+def _centre_and_scale(values: list[float], scale: str, std_floor: float = 0.0) -> list[float]:
+    """(x - mean) / F with F = max(sample std, ``std_floor``) + 1e-6 (``"group"``) or 1 (``"none"``); a single value
+    gives 0."""
     if len(values) < 2:
         return [0.0] * len(values)
     mean = sum(values) / len(values)
@@ -131,7 +142,7 @@ def _centre_and_scale(values: list[float], scale: str) -> list[float]:
     if scale != "group":
         raise ValueError(f"unknown scale {scale!r}; use 'group' or 'none'")
     std = (sum(c * c for c in centred) / (len(values) - 1)) ** 0.5
-    return [c / (std + 1e-6) for c in centred]
+    return [c / (max(std, std_floor) + 1e-6) for c in centred]
 
 
 def gigpo_advantages(
@@ -141,6 +152,7 @@ def gigpo_advantages(
     gamma: float = 0.95,
     step_weight: float = 1.0,
     scale: str = "group",
+    std_floor: float = 0.0,
 ) -> tuple[list[list[float]], StepGroupStats]:
     """GiGPO's A = A_E + omega * A_S (module docstring); ``state_keys[i][t]`` is the key of episode i's state
     before its turn t. Returns the per-turn advantages and :class:`StepGroupStats`."""
@@ -149,14 +161,12 @@ def gigpo_advantages(
     for i, (r, k) in enumerate(zip(episodes_rewards, state_keys, strict=True)):
         if len(r) != len(k):
             raise ValueError(f"episode {i}: {len(r)} rewards but {len(k)} state keys")
-    groups: dict[int, list[int]] = {}
-    for i, g in enumerate(group_ids):
-        groups.setdefault(g, []).append(i)
+    groups = _groups(group_ids)
     # Episode level: A_E over the episodes of each task.
     episode_adv = [0.0] * len(episodes_rewards)
     for members in groups.values():
         returns_of_group = [float(sum(episodes_rewards[i])) for i in members]
-        for i, a in zip(members, _centre_and_scale(returns_of_group, scale), strict=True):
+        for i, a in zip(members, _centre_and_scale(returns_of_group, scale, std_floor), strict=True):
             episode_adv[i] = a
     # Step level: A_S over the turns of each task's episodes that share a state key.
     returns = [returns_to_go(r, gamma) for r in episodes_rewards]
@@ -172,9 +182,8 @@ def gigpo_advantages(
             sizes.append(len(turns))
             if len(turns) > 1:
                 grouped_turns += len(turns)
-            for (i, t), a in zip(
-                turns, _centre_and_scale([returns[i][t] for i, t in turns], scale), strict=True
-            ):
+            centred = _centre_and_scale([returns[i][t] for i, t in turns], scale, std_floor)
+            for (i, t), a in zip(turns, centred, strict=True):
                 step_adv[i][t] = a
     advantages = [
         [episode_adv[i] + step_weight * a for a in step_adv[i]] for i in range(len(episodes_rewards))
@@ -210,6 +219,51 @@ def gae_advantages(
     return advantages, returns
 
 
+class EpisodeAdvantages(NamedTuple):
+    """Per-turn advantages of a batch of episodes (:func:`episode_advantages`)."""
+
+    advantages: list[list[float]]
+    value_targets: list[list[float]] | None  # gae: R_t per turn
+    step_groups: StepGroupStats | None  # gigpo: what the state grouping did
+
+
+def episode_advantages(
+    estimator: str,
+    rewards: Sequence[Sequence[float]],
+    groups: Sequence[int],
+    *,
+    gamma: float,
+    state_keys: Sequence[Sequence[Hashable]] | None = None,
+    values: Sequence[Sequence[float]] | None = None,
+    gae_lambda: float = 0.95,
+    reinforce_baseline: str = "batch",
+    step_weight: float = 1.0,
+    scale: str = "group",
+    std_floor: float = 0.0,
+) -> EpisodeAdvantages:
+    """The advantage of every turn of every episode under ``estimator`` (section 1 of the module docstring):
+    ``rewards[i][t]`` of episode i's turn t, ``groups[i]`` its task group, ``state_keys`` (gigpo) and ``values``
+    (gae: the value head's V(s_t) at rollout time)."""
+    if estimator == "reinforce":
+        return EpisodeAdvantages(reinforce_advantages(rewards, gamma, reinforce_baseline), None, None)
+    if estimator == "rloo":
+        return EpisodeAdvantages(rloo_advantages(rewards, groups, gamma), None, None)
+    if estimator == "gigpo":
+        if state_keys is None:
+            raise ValueError("gigpo needs the state key of every turn")
+        advantages, stats = gigpo_advantages(
+            rewards, groups, state_keys, gamma, step_weight, scale, std_floor
+        )
+        return EpisodeAdvantages(advantages, None, stats)
+    if estimator == "gae":
+        if values is None:
+            raise ValueError("gae needs the value estimate of every turn")
+        pairs = [gae_advantages(r, v, gamma, gae_lambda) for r, v in zip(rewards, values, strict=True)]
+        return EpisodeAdvantages([a for a, _ in pairs], [g for _, g in pairs], None)
+    raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {ADVANTAGE_ESTIMATORS}")
+
+
+# ------------------------------------------------------------------------------------------------- 2. finalisation
 def whiten(values: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x - mean) / (std + eps); a single value is only centred."""
     if values.numel() < 2:
@@ -217,12 +271,35 @@ def whiten(values: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (values - values.mean()) / (values.std() + eps)
 
 
-def weight_positive(values: torch.Tensor, weight: float) -> torch.Tensor:
-    """Weighted-REINFORCE: positive advantages times ``weight``, the others as they are."""
-    return torch.where(values > 0, values * weight, values)
+def finalize_advantages(advantages: Sequence[float], whiten_advantages: bool) -> list[float]:
+    """The advantages a rollout batch trains with: whitened over the batch when asked (section 2)."""
+    if not whiten_advantages or not advantages:
+        return list(advantages)
+    return whiten(torch.tensor(list(advantages), dtype=torch.float32)).tolist()
 
 
-# ----------------------------------------------------------------------------------------------------- the loss
+# --------------------------------------------------------------------------------------------------- 3. the objective
+def kl_over_options(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Exact KL(pi_theta || pi_ref) per row over the offered options: sum_o pi_theta(o) (log pi_theta(o) -
+    log pi_ref(o)); both (B, L) tables are -inf where an option is not offered (those terms are 0)."""
+    probs = log_probs.exp()
+    offered = torch.isfinite(log_probs)
+    diff = torch.where(offered, log_probs - ref_log_probs, torch.zeros_like(log_probs))
+    return (probs * diff).sum(-1)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """The k3 estimator pi_ref/pi_theta - log(pi_ref/pi_theta) - 1 of KL(pi_theta || pi_ref) at the chosen action."""
+    log_ref_ratio = ref_logp - logp
+    return torch.exp(log_ref_ratio) - log_ref_ratio - 1.0
+
+
+def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row of a (possibly -inf-masked) log-probability table."""
+    probs = log_probs.exp()
+    return -(probs * log_probs.masked_fill(probs == 0, 0.0)).sum(-1)
+
+
 class TurnLosses(NamedTuple):
     """Per-turn loss terms (shape (B,)) of :func:`turn_losses`; the trainer masks and normalises them."""
 
@@ -235,48 +312,91 @@ class TurnLosses(NamedTuple):
     value_clipped: torch.Tensor | None  # 1.0 where the clipped value loss was the larger one
 
 
+def clipped_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) elementwise; also r (detached) and the clipped mask."""
+    ratio = torch.exp(logp - old_logp)
+    clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    surrogate = -torch.min(ratio * advantages, clipped_ratio * advantages)
+    out_of_range = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).float()
+    return surrogate, ratio.detach(), out_of_range
+
+
 def turn_losses(
-    logp: torch.Tensor,
+    log_probs: torch.Tensor,
+    option: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
-    entropy: torch.Tensor,
     *,
     clip_low: float,
     clip_high: float,
-    ref_logp: torch.Tensor | None = None,
+    ref_log_probs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
     value_clip: float = 0.2,
 ) -> TurnLosses:
-    """The per-turn PPO terms of the module docstring for one batch of turns (every input has shape (B,))."""
-    log_ratio = logp - old_logp
-    ratio = torch.exp(log_ratio)  # r_t
-    clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    policy = -torch.min(ratio * advantages, clipped_ratio * advantages)  # L^CLIP_t
-    kl = None
-    if ref_logp is not None:
-        log_ref_ratio = ref_logp - logp  # log(pi_ref / pi_theta)
-        kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1.0  # k3 estimator of KL(pi_theta || pi_ref)
+    """The per-turn terms of section 3 for one batch of turns: ``log_probs`` (B, L) is the policy's table over the
+    offered options, ``option`` (B,) the chosen one, every other input has shape (B,) (``ref_log_probs``: (B, L))."""
+    logp = log_probs.gather(-1, option[:, None]).squeeze(-1)
+    policy, ratio, clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    kl = kl_over_options(log_probs, ref_log_probs) if ref_log_probs is not None else None
     value = value_clipped = None
     if values is not None:
         if old_values is None or returns is None:
             raise ValueError("turn_losses: a value loss needs old_values and returns")
         unclipped = (values - returns) ** 2
         v_clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
-        clipped = (v_clipped - returns) ** 2
-        value = 0.5 * torch.maximum(unclipped, clipped)  # L^V_t
-        value_clipped = (clipped > unclipped).float()
-    out_of_range = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
-    return TurnLosses(policy, kl, entropy, value, ratio.detach(), out_of_range.float(), value_clipped)
+        clipped_loss = (v_clipped - returns) ** 2
+        value = 0.5 * torch.maximum(unclipped, clipped_loss)  # L^V_t
+        value_clipped = (clipped_loss > unclipped).float()
+    return TurnLosses(policy, kl, entropy_from_log_probs(log_probs), value, ratio, clipped, value_clipped)
 
 
-def anchor_nll(logp: torch.Tensor) -> torch.Tensor:
-    """Per-row SFT anchor term L^SFT_j = -log pi_theta(y_j|x_j) (InstructGPT's pretraining-mix term, on the policy's
-    SFT rows): a plain cross-entropy, no ratio, no clipping, no advantage."""
-    return -logp
+def window_mean(
+    per_turn: torch.Tensor, mask: torch.Tensor, window_count: torch.Tensor, world: int
+) -> torch.Tensor:
+    """This micro-batch's share of the window mean ``1/N sum_t x_t``: ``W / N * sum_{t in mask} x_t``. Gradient
+    accumulation adds the micro-batches and DDP averages the W processes, so the optimizer sees the mean over all N
+    real turns of the window (N = ``window_count``, counted over every process)."""
+    return (per_turn * mask).sum() * world / window_count.clamp(min=1.0)
 
 
+# ------------------------------------------------------------------------------------ 4. the reflection's objective
+class ReflectionLosses(NamedTuple):
+    """Per-turn terms (shape (B,)) of :func:`reflection_token_losses`, each the mean over the turn's tokens."""
+
+    policy: torch.Tensor  # L^R_t
+    kl: torch.Tensor | None  # KL^R_t
+    ratio: torch.Tensor  # mean token ratio (detached)
+    clipped: torch.Tensor  # share of the turn's tokens whose ratio was clipped
+
+
+def reflection_token_losses(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    token_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    ref_logp: torch.Tensor | None = None,
+) -> ReflectionLosses:
+    """Section 4: ``logp`` / ``old_logp`` / ``ref_logp`` (B, T) are the log-probs of the reflection's generated tokens,
+    ``token_mask`` (B, T) marks them, ``advantages`` (B,) is each turn's advantage."""
+    mask = token_mask.float()
+    n = mask.sum(-1).clamp(min=1.0)
+    surrogate, ratio, clipped = clipped_surrogate(logp, old_logp, advantages[:, None], clip_low, clip_high)
+    kl = None
+    if ref_logp is not None:
+        kl = (k3_kl(logp, ref_logp) * mask).sum(-1) / n
+    return ReflectionLosses(
+        (surrogate * mask).sum(-1) / n, kl, (ratio * mask).sum(-1) / n, (clipped * mask).sum(-1) / n
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- diagnostics
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
     """Per-turn k3 estimate of KL(pi_old || pi_theta): (r - 1) - log r (>= 0, exact in expectation)."""
     log_ratio = (logp - old_logp).detach()

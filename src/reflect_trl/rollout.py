@@ -15,23 +15,15 @@ recomputed for them.
 
 from __future__ import annotations
 
-import logging
 import time
-import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
-from reflect_trl.action_head import OptionHead, entropy_from_log_probs, masked_log_probs
-from reflect_trl.batching import (
-    DEFAULT_SHARED_PREFIX_MIN_TOKENS,
-    left_pad,
-    position_ids_from_mask,
-    shared_prefix_forward,
-    shared_prefix_length,
-)
+from reflect_trl.action_head import OptionHead
+from reflect_trl.batching import DEFAULT_SHARED_PREFIX_MIN_TOKENS
 from reflect_trl.envs import Task, TextEnv, make_env
 from reflect_trl.prompts import (
     PolicyPrompt,
@@ -42,15 +34,8 @@ from reflect_trl.prompts import (
     with_stop,
 )
 from reflect_trl.reflection.player import ReflectionPlayer
+from reflect_trl.rl_math import entropy_from_log_probs
 from reflect_trl.seeding import derive_seed
-
-# ``left_pad``, ``position_ids_from_mask`` (reflect_trl.batching) and ``derive_seed`` (reflect_trl.seeding) stay
-# importable from here.
-
-logger = logging.getLogger(__name__)
-
-#: Models whose forward rejected a prebuilt KV cache (they get plain forwards from then on).
-_PREFIX_REJECTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -74,8 +59,12 @@ class Turn:
     label_token: int = -1
     #: ``env.state_key()`` before the action (recorded when the engine is asked to, e.g. for gigpo)
     state_key: Hashable | None = None
-    #: the option was drawn uniformly by the actor's exploration (``exploration_epsilon``), not from the policy
-    explored: bool = False
+    #: every optimal action of the state (``env.optimal_actions()``; recorded when the engine is asked to)
+    optimal_actions: tuple[int, ...] | None = None
+    #: a trained reflection player's prompt, generated tokens and their log-probs at sampling time
+    reflection_prompt_ids: tuple[int, ...] = ()
+    reflection_ids: tuple[int, ...] = ()
+    reflection_logps: tuple[float, ...] = ()
 
     @property
     def action_text(self) -> str:
@@ -121,7 +110,7 @@ class Episode:
                     "action_index": t.action_index,
                     "logprob": t.logprob,
                     "reward": t.reward,
-                    **({"explored": True} if t.explored else {}),
+                    **({"optimal": list(t.optimal_actions)} if t.optimal_actions is not None else {}),
                 }
                 for t in self.turns
             ],
@@ -143,10 +132,7 @@ class Actor(Protocol):
     """What the engine needs from the player that chooses the actions: ``tokenizer`` (None for an actor that reads
     no token ids: the engine then skips tokenizing the policy prompts), the option ``labels`` shown in the prompts,
     and ``act`` (one option per live episode, with log-probs, entropies and optional values).
-
-    An actor that sometimes overrides its own choice (``PolicyActor`` with ``exploration_epsilon``) also sets
-    ``last_explored``, one bool per row of its last ``act``; the engine reads it when present (it becomes
-    ``Turn.explored``), so actors written against the four-value ``act`` keep working unchanged."""
+    """
 
     tokenizer: Any
 
@@ -162,13 +148,8 @@ class Actor(Protocol):
 
 
 class PolicyActor:
-    """The policy player: option-restricted head over one forward pass, optional value head.
-
-    Prompts of one batch that share at least ``shared_prefix_min_tokens`` leading tokens (0 disables it) have
-    that prefix encoded once at batch size 1 and reused from the KV cache by every row; only the suffixes go
-    through the model at full batch size (same results up to float rounding, see
-    :mod:`reflect_trl.reflection.model`).
-    """
+    """The policy player: the option-restricted head over one forward pass (:func:`reflect_trl.action_head.option_forward`,
+    shared prompt prefix encoded once), optional value head on the last hidden state."""
 
     def __init__(
         self,
@@ -179,12 +160,7 @@ class PolicyActor:
         greedy: bool = False,
         value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
         shared_prefix_min_tokens: int = DEFAULT_SHARED_PREFIX_MIN_TOKENS,
-        exploration_epsilon: float = 0.0,
     ) -> None:
-        if not 0.0 <= exploration_epsilon < 1.0:
-            raise ValueError(f"exploration_epsilon must be in [0, 1), got {exploration_epsilon}")
-        if exploration_epsilon and greedy:
-            raise ValueError("exploration_epsilon needs a sampling actor (greedy=False)")
         self.model = model
         self.tokenizer = tokenizer
         self.option_head = option_head
@@ -192,45 +168,11 @@ class PolicyActor:
         self.greedy = greedy
         self.value_fn = value_fn
         self.shared_prefix_min_tokens = shared_prefix_min_tokens
-        self.exploration_epsilon = exploration_epsilon
-        #: per row of the last ``act``: whether its option came from the exploration draw (empty without exploration)
-        self.last_explored: list[bool] = []
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
     @property
     def labels(self) -> tuple[str, ...]:
         """The option labels the head scores (the engine shows exactly these in the prompts)."""
         return self.option_head.labels
-
-    def _last_position_outputs(self, prompt_ids: Sequence[Sequence[int]], want_hidden: bool):
-        """One forward over the batch keeping only the last position (shared prefix encoded once)."""
-        prefix = shared_prefix_length(prompt_ids, self.shared_prefix_min_tokens)
-        common = dict(logits_to_keep=1, output_hidden_states=want_hidden)
-        if prefix and self.model not in _PREFIX_REJECTED:
-            try:
-                return shared_prefix_forward(
-                    self.model, prompt_ids, prefix, self.tokenizer.pad_token_id, **common
-                )
-            except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
-                logger.warning(
-                    "PolicyActor: %s cannot reuse a shared-prefix KV cache (%s: %s); using plain forwards",
-                    type(self.model).__name__,
-                    type(exc).__name__,
-                    exc,
-                )
-                _PREFIX_REJECTED[self.model] = True
-        input_ids, attention_mask = left_pad(prompt_ids, self.tokenizer.pad_token_id)
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=False,
-            **common,
-        )
 
     @torch.no_grad()
     def act(
@@ -241,26 +183,20 @@ class PolicyActor:
     ) -> tuple[list[int], list[float], list[float], list[float] | None]:
         """Choose one option per prompt (``live`` is not needed here). Returns (options, log-probs, entropies,
         values or None)."""
-        want_hidden = self.value_fn is not None
-        out = self._last_position_outputs(prompt_ids, want_hidden)
-        label_ids = self.option_head.label_ids.to(out.logits.device)
-        label_logits = out.logits[:, -1, :].index_select(-1, label_ids)
-        n_opt = torch.as_tensor(list(num_options), device=label_logits.device)
-        log_probs = masked_log_probs(label_logits, n_opt, self.temperature)
-        options = OptionHead.select(log_probs, greedy=self.greedy)
-        self.last_explored = []
-        if self.exploration_epsilon:
-            # epsilon-exploration over the offered options: a row explores with probability epsilon and then takes
-            # one of its options uniformly; its log-prob stays the policy's own (the PPO ratio's denominator).
-            explored = torch.rand(len(options)) < self.exploration_epsilon
-            uniform = (torch.rand(len(options)) * n_opt.cpu()).long()
-            options = torch.where(explored.to(options.device), uniform.to(options.device), options)
-            self.last_explored = explored.tolist()
-        chosen = log_probs.gather(-1, options[:, None]).squeeze(-1)
-        entropy = entropy_from_log_probs(log_probs)
+        scored = self.option_head.forward(
+            self.model,
+            prompt_ids,
+            list(num_options),
+            temperature=self.temperature,
+            shared_prefix_min_tokens=self.shared_prefix_min_tokens,
+            output_hidden_states=self.value_fn is not None,
+        )
+        options = OptionHead.select(scored.log_probs, greedy=self.greedy)
+        chosen = scored.log_probs.gather(-1, options[:, None]).squeeze(-1)
+        entropy = entropy_from_log_probs(scored.log_probs)
         values = None
-        if want_hidden:
-            values = self.value_fn(out.hidden_states[-1][:, -1, :]).float().view(-1).tolist()
+        if self.value_fn is not None:
+            values = self.value_fn(scored.hidden).float().view(-1).tolist()
         return options.tolist(), chosen.float().tolist(), entropy.float().tolist(), values
 
 
@@ -289,6 +225,7 @@ class RolloutEngine:
         shuffle_options: bool = False,
         max_prompt_length: int | None = None,
         record_state_keys: bool = False,
+        record_optimal_actions: bool = False,
     ) -> None:
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
@@ -297,6 +234,7 @@ class RolloutEngine:
         self.shuffle_options = shuffle_options
         self.max_prompt_length = max_prompt_length
         self.record_state_keys = record_state_keys
+        self.record_optimal_actions = record_optimal_actions
         self.tokenizer = policy.tokenizer
         self._envs: list[TextEnv] = []
         self._concat_ok: bool | None = None
@@ -414,7 +352,6 @@ class RolloutEngine:
                 ids, [p.num_options for p in prompts], live=views
             )
             self.timings.policy_s += time.perf_counter() - t0
-            explored = getattr(self.policy, "last_explored", None) or []
             # 4. step the environments
             t0 = time.perf_counter()
             head = getattr(self.policy, "option_head", None)
@@ -436,13 +373,18 @@ class RolloutEngine:
                     entropy=entropies[k],
                     value=None if values is None else values[k],
                     label_token=label_ids[options[k]] if label_ids is not None else -1,
-                    explored=bool(explored[k]) if explored else False,
                 )
                 if self.reflection is not None:
                     turn.reflection_tokens = batch.num_tokens[k]
                     turn.reflection_stopped = batch.stopped[k]
+                    if batch.token_ids is not None:  # a reflection player that is trained
+                        turn.reflection_prompt_ids = tuple(batch.prompt_ids[k])
+                        turn.reflection_ids = tuple(batch.token_ids[k])
+                        turn.reflection_logps = tuple(batch.token_logps[k])
                 if self.record_state_keys:
                     turn.state_key = self._env(i).state_key()
+                if self.record_optimal_actions:
+                    turn.optimal_actions = optimal_actions(self._env(i))
                 next_obs, reward, terminated, truncated, info = self._env(i).step(action_index)
                 turn.reward = float(reward)
                 episodes[i].turns.append(turn)
@@ -462,6 +404,14 @@ class RolloutEngine:
         return episodes
 
 
+def optimal_actions(env: TextEnv) -> tuple[int, ...] | None:
+    """``env.optimal_actions()`` sorted, or None where the environment has no oracle for the state."""
+    try:
+        return tuple(sorted(env.optimal_actions()))
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Success rate, return, length, crash rate and reflection statistics of a batch of episodes."""
     n = max(len(episodes), 1)
@@ -478,6 +428,4 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         out["reflection_stop_rate"] = sum(t.reflection_stopped for t in reflected) / len(reflected)
     if turns:
         out["policy_entropy"] = sum(t.entropy for t in turns) / len(turns)
-        if any(t.explored for t in turns):
-            out["explored_turn_share"] = sum(t.explored for t in turns) / len(turns)
     return out

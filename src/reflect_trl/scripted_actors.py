@@ -11,6 +11,7 @@ import math
 import random
 from collections.abc import Sequence
 
+from reflect_trl.envs.base import OracleUnavailableError
 from reflect_trl.prompts import DEFAULT_LABELS
 from reflect_trl.rollout import LiveEpisode
 from reflect_trl.seeding import derive_seed
@@ -48,12 +49,19 @@ class ScriptedActor:
 
 
 class OracleActor(ScriptedActor):
-    """Takes the environment's oracle action (``env.oracle_action()``) at the option where the prompt shows it."""
+    """Takes the environment's oracle action (``env.oracle_action()``) at the option where the prompt shows it. Where
+    the environment's option settings pruned the oracle's action (:class:`OracleUnavailableError`) it takes the first
+    option: the task is not solvable as configured, and its episode counts as such."""
 
     name = "oracle"
 
     def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
-        options = [view.prompt.option_of(view.env.oracle_action()) for view in live]
+        options = []
+        for view in live:
+            try:
+                options.append(view.prompt.option_of(view.env.oracle_action()))
+            except OracleUnavailableError:
+                options.append(0)
         return options, [0.0] * len(live), [0.0] * len(live), None
 
 

@@ -57,17 +57,22 @@ def check_env(
     what: str = "env_name",
 ):
     """Build the environment once (unknown name, bad ``env_kwargs``, unknown stages fail here); returns it."""
-    from reflect_trl.envs import get_env_class
+    from reflect_trl.envs import EXTRAS, PluginLoadError, get_env_class
 
     try:
         cls = get_env_class(env_name)
     except KeyError as err:
         raise UsageError(f"{what}: {describe(err)}") from err
+    except PluginLoadError as err:  # an installed plugin: its message says what failed and where
+        raise UsageError(f"{what} {env_name!r}: the plugin could not be loaded: {describe(err)}") from err
     except ImportError as err:
-        raise UsageError(
-            f"{what} {env_name!r} needs an optional dependency: {describe(err)} (install the extra: "
-            f"pip install 'reflect-trl[{env_name}]')"
-        ) from err
+        extra = EXTRAS.get(env_name)
+        hint = (
+            f" (install the extra: pip install 'reflect-trl[{extra}]')"
+            if extra and "pip install" not in str(err)
+            else ""
+        )
+        raise UsageError(f"{what} {env_name!r} cannot be imported: {describe(err)}{hint}") from err
     kwargs = dict(env_kwargs or {})
     try:
         env = cls(**kwargs)
@@ -79,6 +84,8 @@ def check_env(
         ) from err
     except (ValueError, KeyError, FileNotFoundError) as err:
         raise UsageError(f"env_kwargs {kwargs} of environment {env_name!r}: {describe(err)}") from err
+    except ImportError as err:  # an optional dependency imported when the environment is made
+        raise UsageError(f"{what} {env_name!r} cannot be made: {describe(err)}") from err
     for stage in stages or ():
         if stage not in env.stages:
             raise UsageError(f"{env_name}: unknown stage {stage!r}; the stages are {list(env.stages)}")
@@ -104,19 +111,6 @@ def check_reflection_server(base_url: str | None, model_name: str | None, **sett
         make_reflection_player("openai", base_url=base_url, model_name=model_name, **settings)
     except ValueError as err:
         raise UsageError(f"reflection server settings: {describe(err)}") from err
-
-
-def load_tokenizer_checked(ref: str, what: str):
-    """``reflect_trl.models.load_tokenizer`` with the path check first and a loading error as bad input."""
-    from reflect_trl.models import load_tokenizer
-
-    check_model_path(ref, what)
-    try:
-        return load_tokenizer(ref)
-    except (OSError, ValueError) as err:
-        raise UsageError(
-            f"{what} {ref!r}: cannot load its tokenizer ({describe(err).splitlines()[0]})"
-        ) from err
 
 
 def first_missing_ancestor(path: str | Path) -> Path | None:
@@ -150,7 +144,6 @@ __all__ = [
     "check_model_path",
     "check_reflection_server",
     "first_missing_ancestor",
-    "load_tokenizer_checked",
     "looks_like_local_path",
     "removed_on_failure",
 ]

@@ -83,15 +83,24 @@ def test_discovery_follows_sys_path(tmp_path, on_path):
 
 
 @pytest.mark.parametrize(
-    ("target", "message"),
+    ("target", "message", "remedy"),
     [
-        ("no_such_module_xyz:Env", "failed to load: ModuleNotFoundError"),
-        ("reflect_lock_puzzle.env:NoSuchClass", "failed to load: AttributeError"),
-        ("collections:OrderedDict", "not a subclass of reflect_trl.envs.TextEnv"),
-        ("reflect_lock_puzzle.env:LockPuzzleEnv", "whose name is 'lock_puzzle'"),  # registered as 'bad_env'
+        (
+            "no_such_module_xyz:Env",
+            "names the module 'no_such_module_xyz', which cannot be found",
+            "module path",
+        ),
+        ("reflect_lock_puzzle.env:NoSuchClass", "has no attribute 'NoSuchClass'", "Fix the entry point"),
+        ("collections:OrderedDict", "not a subclass of reflect_trl.envs.TextEnv", "Point the entry point"),
+        # registered as 'bad_env', the class says 'lock_puzzle': either side can change
+        (
+            "reflect_lock_puzzle.env:LockPuzzleEnv",
+            "whose `name` attribute is 'lock_puzzle'",
+            "Set `name = 'bad_env'`",
+        ),
     ],
 )
-def test_a_broken_environment_entry_point_is_a_clear_error(tmp_path, on_path, target, message):
+def test_a_broken_environment_entry_point_is_a_clear_error(tmp_path, on_path, target, message, remedy):
     write_distribution(tmp_path, "broken-plugin", {"reflect_trl.envs": {"bad_env": target}}, version="2.0")
     on_path(tmp_path, EXAMPLE_SRC)
     assert "bad_env" in list_envs()  # listed without being imported
@@ -100,9 +109,91 @@ def test_a_broken_environment_entry_point_is_a_clear_error(tmp_path, on_path, ta
     text = str(info.value)
     assert f"entry point 'bad_env = {target}' (group 'reflect_trl.envs')" in text
     assert "of distribution 'broken-plugin 2.0'" in text
-    assert message in text
+    assert message in text and remedy in text
     assert "pip uninstall broken-plugin" in text  # what to do
+    assert "install the extra" not in text and "reflect-trl[" not in text
     assert isinstance(info.value, ImportError)  # `reflect-trl envs` lists it as unavailable
+
+
+def write_plugin_package(root, body: str, package: str):
+    """A plugin package whose ``env`` module has ``body`` as its code."""
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "env.py").write_text(body)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("body", "raised"),
+    [
+        ("import missing_dependency_xyz\n", "ModuleNotFoundError: No module named 'missing_dependency_xyz'"),
+        ("x = 1\nraise RuntimeError('boom in the plugin')\n", "RuntimeError: boom in the plugin"),
+        ("def broken(:\n", "SyntaxError"),
+    ],
+)
+def test_an_error_inside_a_plugin_is_named_as_such(tmp_path, on_path, body, raised):
+    package = (
+        f"corridor_plugin_{tmp_path.name.replace('-', '_')}"  # a fresh package (sys.modules keeps packages)
+    )
+    write_plugin_package(tmp_path / "src", body, package)
+    write_distribution(
+        tmp_path / "site", "corridor-plugin", {"reflect_trl.envs": {"corridor": f"{package}.env:Env"}}
+    )
+    on_path(tmp_path / "site", tmp_path / "src")
+    with pytest.raises(PluginLoadError) as info:
+        get_env_class("corridor")
+    text = str(info.value)
+    assert f"importing its module '{package}.env' raised {raised}" in text
+    assert f"{package}/env.py:" in text  # where
+    assert "an error inside the plugin's code" in text and "not in reflect-trl or in the entry point" in text
+    assert "Fix the entry point" not in text and "install the extra" not in text
+
+
+def test_the_cli_reports_a_broken_plugin_without_blaming_extras_or_entry_points(tmp_path, on_path):
+    from reflect_trl.errors import UsageError
+    from reflect_trl.validation import check_env
+
+    write_plugin_package(tmp_path / "src", "import missing_dependency_xyz\n", "corridor_plugin_cli")
+    write_distribution(
+        tmp_path / "site",
+        "corridor-plugin",
+        {"reflect_trl.envs": {"corridor": "corridor_plugin_cli.env:Env"}},
+    )
+    on_path(tmp_path / "site", tmp_path / "src")
+    with pytest.raises(UsageError) as info:
+        check_env("corridor")
+    text = str(info.value)
+    assert text.startswith("env_name 'corridor': the plugin could not be loaded: entry point 'corridor = ")
+    assert "missing_dependency_xyz" in text and "inside the plugin" in text
+    assert "install the extra" not in text and "reflect-trl[corridor]" not in text
+
+
+def test_misspelled_environment_names_get_a_suggestion(tmp_path, on_path):
+    from reflect_trl.errors import UsageError
+    from reflect_trl.validation import check_env
+
+    with pytest.raises(KeyError, match=r"unknown environment 'taxy' \(did you mean 'taxi'\?\)"):
+        get_env_class("taxy")
+    write_distribution(tmp_path, "reflect-lock-puzzle", example_entry_points())
+    on_path(tmp_path, EXAMPLE_SRC)
+    with pytest.raises(
+        UsageError, match=r"env_name: unknown environment 'lock_puzle' \(did you mean 'lock_puzzle'\?\)"
+    ):
+        check_env("lock_puzle")
+    with pytest.raises(KeyError, match=r"did you mean 'lock_puzzle'\?"):
+        get_oracle_reflector("lock_puzle")
+    with pytest.raises(KeyError) as info:
+        get_env_class("zzzzzz")
+    assert "did you mean" not in str(info.value)
+
+
+def test_env_distribution_names_the_plugin(tmp_path, on_path):
+    from reflect_trl.envs import env_distribution
+
+    write_distribution(tmp_path, "reflect-lock-puzzle", example_entry_points(), version="0.3.1")
+    on_path(tmp_path, EXAMPLE_SRC)
+    assert env_distribution("lock_puzzle") == "reflect-lock-puzzle 0.3.1"
+    assert env_distribution("taxi") is None and env_distribution("no_such_env_xyz") is None
 
 
 def test_a_broken_reflector_entry_point_is_a_clear_error(tmp_path, on_path):

@@ -418,3 +418,35 @@ def test_instance_key_is_the_stage_and_start_state():
     assert len({env.instance_key(t) for t in full}) == len({t.data["start_state"] for t in full}) > 150
     # the same start state in another stage is another instance
     assert env.instance_key(dataclasses.replace(full[0], difficulty="pickup")) != env.instance_key(full[0])
+
+
+def test_optimal_actions_are_every_first_step_of_a_shortest_route():
+    env = make_env("taxi")
+    ties = 0
+    for task in env.make_tasks("test", 40, seed=3, difficulty="full"):
+        env.reset(task=task)
+        best = env.optimal_actions()
+        assert env.oracle_action() in best
+        ties += len(best) > 1
+        for action in best:  # each one keeps a shortest route: the distance drops by one (or it wins)
+            probe = make_env("taxi")
+            probe.reset(task=task)
+            before = probe.oracle_distance()
+            probe.step(action)
+            assert probe.success or probe.oracle_distance() == before - 1
+    assert ties > 0, "some start states have two shortest first moves"
+
+
+def test_crashes_name_their_cause():
+    from reflect_trl.envs.taxi import DROPOFF, NORTH, PICKUP, crash_cause, encode_state
+
+    assert crash_cause(encode_state(0, 2, 0, 1), NORTH) == "off_grid"
+    assert crash_cause(encode_state(0, 1, 0, 1), 2) == "wall"  # east of (0,1) is the wall "|"
+    assert crash_cause(encode_state(2, 2, 0, 1), PICKUP) == "pickup_not_at_passenger"
+    assert crash_cause(encode_state(2, 2, 4, 1), PICKUP) == "pickup_passenger_on_board"
+    assert crash_cause(encode_state(2, 2, 0, 1), DROPOFF) == "dropoff_no_passenger"
+    assert crash_cause(encode_state(2, 2, 4, 1), DROPOFF) == "dropoff_not_at_station"
+    env = make_env("taxi")
+    env.reset(task=env.make_tasks("test", 1, seed=0, difficulty="full")[0])
+    _, _, _, _, info = env.step(PICKUP if not env.optimal_actions() & {PICKUP} else DROPOFF)
+    assert info["crash"] and info["crash_cause"] in ("pickup_not_at_passenger", "dropoff_no_passenger")

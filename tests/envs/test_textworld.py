@@ -67,20 +67,17 @@ def test_module_import_is_lazy_and_missing_extra_is_explained():
     assert "pip install 'reflect-trl[textworld]'" in out.stdout
 
 
-def test_select_options_sorts_excludes_and_caps_keeping_the_plan_command():
+def test_select_options_sorts_excludes_and_caps_without_the_plan():
+    """The options depend on the admissible commands and the settings alone: a command the plan needs is pruned
+    like any other (it used to be kept -- the one ``examine`` left in a prompt that excludes ``examine``)."""
     commands = [f"take item {i:02d}" for i in range(80)] + ["examine box", "look", "go east", "help"]
-    options = select_options(commands, keep=["take item 79"], exclude=["help"], cap=MAX_OPTIONS)
+    options = select_options(commands, exclude=["help"], cap=MAX_OPTIONS)
     assert len(options) == MAX_OPTIONS == len(DEFAULT_LABELS)
     assert list(options) == sorted(options)
-    assert "take item 79" in options and "help" not in options
+    assert "take item 79" not in options and "help" not in options  # the alphabetically last go past the cap
     assert "look" not in options and "examine box" not in options  # low-value commands are pruned first
-    assert select_options(["b", "a", "a"], keep=[], exclude=[], cap=5) == ("a", "b")
-    assert select_options(
-        ["look", "examine x", "examine y"], keep=["examine x"], exclude=["examine"], cap=5
-    ) == (
-        "examine x",
-        "look",
-    )
+    assert select_options(["b", "a", "a"], exclude=[], cap=5) == ("a", "b")
+    assert select_options(["look", "examine x", "examine y"], exclude=["examine"], cap=5) == ("look",)
 
 
 def test_clean_feedback_strips_end_banner_and_prompt():

@@ -149,6 +149,15 @@ def test_a_model_in_training_is_left_as_it_is(tiny_model_dir):
     assert seen["inference_mode"] is True
 
 
+def test_generate_is_never_compiled(tiny):
+    """On CUDA, transformers compiles the forward of a generate given a StaticCache; lock-step batches change shape
+    every turn, so the reflection player keeps it eager (tests/cuda checks it on a device)."""
+    _, tok = tiny
+    fake = FakeGenerator([_ids(tok, "go east") + [tok.convert_tokens_to_ids(STOP_MARKER)]])
+    ReflectionModel(fake, tok, max_new_tokens=8).generate(PROMPTS[:1])
+    assert fake.kwargs["disable_compile"] is True
+
+
 def test_synced_gpus_takes_the_plain_generate_path(tiny):
     _, tok = tiny
     fake = FakeGenerator([_ids(tok, "go east") + [tok.convert_tokens_to_ids(STOP_MARKER)]] * 3)

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the script's own folder (tests/trainers) is on sys.path when it runs: the hand computations of test_rl_loss
+from test_rl_loss import hand_batch, hand_logps, hand_objective, make_trainer
 
-from test_rl_loss import hand_batch, hand_logps, hand_objective, make_trainer  # noqa: E402
-
-from reflect_trl.trainers.rl import shutdown_distributed  # noqa: E402
+from reflect_trl.cli.rl import shutdown_distributed
 
 if __name__ == "__main__":
     model_dir, out_dir = sys.argv[1], Path(sys.argv[2])
@@ -30,7 +29,10 @@ if __name__ == "__main__":
     mine = batches[rank]
     model = accelerator.prepare_model(trainer.model)
     model.train()
-    trainer._set_window_counts([[mine]])
+    # through GRPOTrainer's buffering: _prepare_inputs writes the window's real turns over both ranks
+    trainer._generate_and_score_completions = lambda inputs: dict(mine)
+    trainer._buffered_inputs, trainer._step = None, 0
+    mine = trainer._prepare_inputs([{}] * 6)
     loss = trainer.compute_loss(model, mine)
     accelerator.backward(loss)  # DDP averages the gradients over the 2 processes
     unwrapped = accelerator.unwrap_model(model)

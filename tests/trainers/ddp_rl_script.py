@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from reflect_trl.trainers.rl import run_rl
+from reflect_trl.cli.rl import run_rl
 
 if __name__ == "__main__":
     trainer = run_rl(sys.argv[1:])
@@ -25,5 +25,10 @@ if __name__ == "__main__":
         "process_group_torn_down": not torch.distributed.is_initialized(),  # run_rl tears it down
         "logged_keys": sorted(set().union(*(h.keys() for h in trainer.state.log_history))),
         "evaluations": [h for h in trainer.state.log_history if "eval_success_rate" in h],
+        "reflection_checksum": float(
+            sum(p.detach().double().sum() for p in trainer.reflection_learner.model.parameters())
+        )
+        if trainer.reflection_learner is not None
+        else None,
     }
     (Path(trainer.args.output_dir) / f"rank{rank}.json").write_text(json.dumps(record) + "\n")

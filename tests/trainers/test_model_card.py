@@ -46,6 +46,34 @@ def test_render_names_a_hub_base_model_in_the_metadata():
     assert "[None]" not in card and "`None`" not in card
 
 
+def test_a_plugin_environment_is_named_with_its_distribution(tmp_path, monkeypatch):
+    from _plugins import EXAMPLE_SRC, example_entry_points, write_distribution
+    from reflect_trl.envs import entry_points
+    from reflect_trl.trainers.model_card import plugin_distribution
+
+    write_distribution(tmp_path, "reflect-lock-puzzle", example_entry_points(), version="0.2.0")
+    monkeypatch.syspath_prepend(str(EXAMPLE_SRC))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(entry_points, "_WARNED", set())
+    assert plugin_distribution("lock_puzzle") == "reflect-lock-puzzle 0.2.0"
+    assert plugin_distribution("taxi") is None and plugin_distribution(None) is None
+    facts = ModelCardFacts(
+        model_name="rl", stage="rl", role="policy", model_dir="outputs/rl", env_name="lock_puzzle",
+        env_distribution=plugin_distribution("lock_puzzle"), reflection_model="outputs/sft_reflection",
+    )  # fmt: skip
+    card = render_model_card(facts)
+    assert (
+        "provided by the plugin distribution `reflect-lock-puzzle 0.2.0` (`pip install reflect-lock-puzzle` to use "
+        "this model)" in card
+    )
+    code = python_block(card)
+    assert "# the environment comes from the plugin distribution 'reflect-lock-puzzle'" in code
+    assert 'ReflectAgent.from_pretrained("outputs/rl", reflection="outputs/sft_reflection")' in code
+    assert "taxi" not in render_model_card(
+        ModelCardFacts("p", "sft", "policy", "out", env_name="taxi")
+    ).split("**Environment:**")[1].split("\n")[0].replace("`taxi`", "")
+
+
 def test_results_are_the_final_metrics():
     history = [
         {"step": 1, "stage/pickup/success_rate": 0.0, "env/success_rate": 0.0},
@@ -64,7 +92,7 @@ def test_results_are_the_final_metrics():
 
 @pytest.fixture(scope="module")
 def taxi_data(tmp_path_factory):
-    from reflect_trl.data_builder import DataBuilderConfig, build_datasets
+    from reflect_trl.data.builder import DataBuilderConfig, build_datasets
 
     root = tmp_path_factory.mktemp("card_data")
     build_datasets(
@@ -81,7 +109,7 @@ def taxi_data(tmp_path_factory):
 
 
 def test_sft_output_dir_gets_a_reflect_rl_card(tiny_llama_dir, taxi_data, tmp_path):
-    from reflect_trl.trainers.sft import run_sft_cli
+    from reflect_trl.cli.sft import run_sft_cli
 
     out = tmp_path / "sft_policy"
     run_sft_cli(
@@ -100,14 +128,17 @@ def test_sft_output_dir_gets_a_reflect_rl_card(tiny_llama_dir, taxi_data, tmp_pa
     assert "**Prompts:** with a reflection" in card
     assert re.search(r"\| `eval_option_accuracy` \| \d+\.\d %", card)
     assert "reflect_trl_labels.json" in card
+    assert "ReflectAgent.from_pretrained(" in card and python_block(card).count("import") == 2
     printed = run_snippet(card)  # plays 4 held-out episodes with the saved policy
-    assert printed.count("(") >= 4 and "'action'" in printed
+    assert len(printed.splitlines()) == 5 and "'action'" in printed and "'probability'" in printed
 
 
 def test_rl_card_names_the_environment_reflection_and_stage_success(tiny_llama_dir, tmp_path):
     from reflect_trl.envs import make_env
     from reflect_trl.models import load_causal_lm, load_tokenizer
-    from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_to_dataset
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
+    from reflect_trl.trainers.rl_tasks import tasks_to_dataset
+    from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
 
     env = make_env("taxi")
     tasks = [t for s in ("pickup", "dropoff") for t in env.make_tasks("train", 4, seed=0, difficulty=s)]
@@ -144,5 +175,6 @@ def test_rl_card_names_the_environment_reflection_and_stage_success(tiny_llama_d
     for stage in ("pickup", "dropoff"):
         assert re.search(rf"\| success rate, stage `{stage}` \| \d+\.\d %", card), stage
     assert "not a held-out evaluation" in card
+    assert f'ReflectAgent.from_pretrained("{tmp_path / "rl"}", reflection="{tiny_llama_dir}")' in card
     printed = run_snippet(card)  # the policy and its reflection model play 4 episodes
-    assert "'reflection'" in printed
+    assert "'reflection'" in printed and len(printed.splitlines()) == 5

@@ -74,6 +74,23 @@ def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator)
 
 
 @pytest.mark.distributed
+def test_two_process_ddp_trains_both_players_in_sync(tiny_model_dir, tmp_path):
+    """train_reflection under DDP: the reflection player rides in the DDP-wrapped policy, so its gradients are
+    averaged too -- both ranks end with the same reflection weights, which moved."""
+    from reflect_trl.models import load_causal_lm
+
+    records = _launch(
+        tiny_model_dir, tmp_path / "ddp", "--train_reflection", "true", "--reflection_temperature", "1.0",
+        "--reflection_learning_rate", "1e-2", "--advantage_estimator", "rloo",
+    )  # fmt: skip
+    start = float(sum(p.detach().double().sum() for p in load_causal_lm(tiny_model_dir).parameters()))
+    assert records[0]["reflection_checksum"] == records[1]["reflection_checksum"] != start
+    assert records[0]["checksum"] == records[1]["checksum"]
+    assert "reflection/policy_loss" in records[0]["logged_keys"]
+    assert (tmp_path / "ddp" / "reflection" / "config.json").is_file()
+
+
+@pytest.mark.distributed
 def test_two_processes_share_the_evaluation_episodes(tiny_model_dir, tmp_path):
     """Each rank plays half of the evaluation episodes; the gathered rates are those of one process playing all."""
     from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate

@@ -11,7 +11,9 @@ from test_rl import _trainer as rl_trainer
 from reflect_trl.envs import Task
 from reflect_trl.evaluation import EvalConfiguration, EvalSettings, evaluate
 from reflect_trl.models import load_causal_lm
-from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, eval_tasks_dataset
+from reflect_trl.trainers.rl_config import ReflectPPOConfig
+from reflect_trl.trainers.rl_tasks import eval_tasks_dataset
+from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
 
 STAGES = ("pickup", "dropoff", "full")
 EPISODES = 4  # per stage

@@ -21,7 +21,9 @@ from packaging.version import Version
 from reflect_trl.envs import make_env
 from reflect_trl.models import load_causal_lm, load_tokenizer
 from reflect_trl.prompts import build_prompt, encode_prompts
-from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, tasks_to_dataset
+from reflect_trl.trainers.rl_config import ReflectPPOConfig
+from reflect_trl.trainers.rl_tasks import tasks_to_dataset
+from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,13 +88,28 @@ def hand_batch(tokenizer, n_rows: int, n_real: int, seed: int) -> dict[str, torc
         "old_values": torch.randn(n_rows, generator=g) * 0.1,
         "turn_mask": torch.tensor([1.0] * n_real + [0.0] * (n_rows - n_real)),
         "value_mask": torch.ones(n_rows),
-        "anchor_mask": torch.zeros(n_rows),
         "stage_index": torch.tensor(0.0),
     }
 
 
-def hand_logps(model, label_ids, batch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(option | prompt) over the offered options and the entropy, from a plain forward pass."""
+def set_window(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The window counts ``_prepare_inputs`` writes, for a batch that is its own accumulation window (1 process)."""
+    batch["window_turns"] = batch["turn_mask"].sum()
+    batch["window_value_turns"] = (batch["value_mask"] * batch["turn_mask"]).sum()
+    return batch
+
+
+def reference_tables(model, label_ids, batch, shift: float = 0.3) -> torch.Tensor:
+    """A reference option table that differs from the policy's: its log-softmax with option 0 raised by ``shift``."""
+    with torch.no_grad():
+        table = hand_tables(model, label_ids, batch)
+    bonus = torch.zeros_like(table)
+    bonus[:, 0] = shift
+    return torch.log_softmax(table + bonus, dim=-1)
+
+
+def hand_tables(model, label_ids, batch, temperature: float = 1.0) -> torch.Tensor:
+    """log pi(. | prompt) over the offered options (-inf elsewhere), from a plain forward pass."""
     mask = batch["prompt_mask"]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=batch["prompt_ids"], attention_mask=mask, position_ids=positions).logits[
@@ -100,19 +117,35 @@ def hand_logps(model, label_ids, batch, temperature: float = 1.0) -> tuple[torch
     ]
     z = logits[:, label_ids] / temperature
     offered = torch.arange(len(label_ids))[None, :] < batch["num_options"][:, None]
-    log_p = torch.log_softmax(z.masked_fill(~offered, float("-inf")), dim=-1)
+    return torch.log_softmax(z.masked_fill(~offered, float("-inf")), dim=-1)
+
+
+def hand_logps(model, label_ids, batch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(option | prompt) over the offered options and the entropy, from a plain forward pass."""
+    log_p = hand_tables(model, label_ids, batch, temperature)
     p = log_p.exp()
-    entropy = -(p * log_p.masked_fill(~offered, 0.0)).sum(-1)
+    entropy = -(p * log_p.masked_fill(p == 0, 0.0)).sum(-1)
     return log_p.gather(-1, batch["option"][:, None]).squeeze(-1), entropy
 
 
-def hand_objective(logp, entropy, batch, eps=0.2, beta=0.0, ref_logp=None, ent_coef=0.0) -> torch.Tensor:
-    """1/N sum over real turns of -min(r A, clip(r) A) + beta k3 - c_H H."""
+def hand_kl(tables, batch) -> torch.Tensor:
+    """The KL term of each turn: the exact KL(pi || pi_ref) over the offered options, by a loop over them."""
+    rows = []
+    for i in range(tables.shape[0]):
+        n = int(batch["num_options"][i])
+        p, lp, lr = tables[i, :n].exp(), tables[i, :n], batch["ref_log_probs"][i, :n]
+        rows.append((p * (lp - lr)).sum())
+    return torch.stack(rows)
+
+
+def hand_objective(logp, entropy, batch, eps=0.2, beta=0.0, ent_coef=0.0, tables=None) -> torch.Tensor:
+    """1/N sum over real turns of -min(r A, clip(r) A) + beta KL - c_H H (``tables``: the policy's option tables, for
+    the KL)."""
     ratio = torch.exp(logp - batch["old_logps"])
     adv = batch["advantages"]
     per_turn = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv) - ent_coef * entropy
-    if ref_logp is not None:
-        per_turn = per_turn + beta * (torch.exp(ref_logp - logp) - (ref_logp - logp) - 1)
+    if beta:
+        per_turn = per_turn + beta * hand_kl(tables, batch)
     real = batch["turn_mask"] > 0
     return per_turn[real].mean()
 
@@ -126,7 +159,7 @@ def test_loss_equals_the_hand_computed_clipped_objective(tiny_model_dir, tmp_pat
     trainer.model.train()
     batch = hand_batch(trainer._tokenizer, n_rows=6, n_real=5, seed=1)
     batch["advantages"][5] = 1e3  # a padding row must not count
-    trainer._set_window_counts([[batch]])
+    set_window(batch)
     assert batch["window_turns"].item() == 5
 
     loss = trainer.compute_loss(trainer.model, batch)
@@ -157,42 +190,15 @@ def test_kl_and_entropy_terms(tiny_model_dir, tmp_path):
     assert trainer.ref_model is not None
     trainer.model.train()
     batch = hand_batch(trainer._tokenizer, n_rows=4, n_real=4, seed=2)
-    batch["ref_logps"] = batch["old_logps"] - 0.3
-    trainer._set_window_counts([[batch]])
+    batch["ref_log_probs"] = reference_tables(trainer.model, trainer.option_head.label_ids, batch)
+    set_window(batch)
     loss = trainer.compute_loss(trainer.model, batch)
     logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
-    expected = hand_objective(logp, entropy, batch, beta=0.3, ref_logp=batch["ref_logps"], ent_coef=0.05)
+    tables = hand_tables(trainer.model, trainer.option_head.label_ids, batch)
+    assert hand_kl(tables, batch).min() > 1e-4, "the reference must differ from the policy"
+    expected = hand_objective(logp, entropy, batch, beta=0.3, ent_coef=0.05, tables=tables)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
     assert "kl" in trainer._metrics["train"]
-
-
-@pytest.mark.parametrize(("target", "applied"), [(10.0, True), (0.0, False)])
-def test_adaptive_entropy_control(tiny_model_dir, tmp_path, target, applied):
-    """use_adaptive_entropy (GRPOTrainer's Skywork-OR1 controller) on the option entropy: no bonus before the first
-    measurement; after each optimizer step c_H moves by entropy_coef_delta (up while the step's mean entropy is at
-    or below entropy_target, down to entropy_coef_min otherwise) and applies only while entropy <= target."""
-    trainer = make_trainer(
-        tiny_model_dir, tmp_path, use_adaptive_entropy=True, entropy_coef=0.05, entropy_coef_delta=0.02,
-        entropy_coef_min=0.01, entropy_target=target,
-    )  # fmt: skip
-    trainer.model.train()
-    batch = hand_batch(trainer._tokenizer, n_rows=5, n_real=4, seed=4)
-    trainer._set_window_counts([[batch]])
-    logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
-    loss = trainer.compute_loss(trainer.model, batch)  # outside an accumulation window: a step boundary
-    assert loss.item() == pytest.approx(hand_objective(logp, entropy, batch).item(), rel=1e-5, abs=1e-6)
-    assert trainer._last_world_entropy == pytest.approx(entropy[:4].mean().item(), rel=1e-5)
-    assert trainer.entropy_coef == pytest.approx(0.07 if applied else 0.03)
-    loss = trainer.compute_loss(trainer.model, batch)
-    coef = 0.07 if applied else 0.0
-    expected = hand_objective(logp, entropy, batch, ent_coef=coef)
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
-    assert trainer.entropy_coef == pytest.approx(
-        0.09 if applied else 0.01
-    )  # bounded below by entropy_coef_min
-    assert trainer._metrics["train"]["entropy_coef"] == pytest.approx(
-        [0.07, 0.09] if applied else [0.03, 0.01]
-    )
 
 
 def test_value_loss_is_the_clipped_one_over_value_turns(tiny_model_dir, tmp_path):
@@ -202,7 +208,7 @@ def test_value_loss_is_the_clipped_one_over_value_turns(tiny_model_dir, tmp_path
         trainer.value_head.bias.fill_(0.3)  # V = 0.3 everywhere (zero weights)
     batch = hand_batch(trainer._tokenizer, n_rows=5, n_real=4, seed=3)
     batch["value_mask"] = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0])  # row 2: a replayed turn, row 4: padding
-    trainer._set_window_counts([[batch]])
+    set_window(batch)
     assert batch["window_value_turns"].item() == 3
     loss = trainer.compute_loss(trainer.model, batch)
     logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
@@ -212,35 +218,6 @@ def test_value_loss_is_the_clipped_one_over_value_turns(tiny_model_dir, tmp_path
     expected = hand_objective(logp, entropy, batch) + 0.5 * per_turn_v[[0, 1, 3]].mean()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
     assert "explained_variance" in trainer._metrics["train"]
-
-
-def test_sft_anchor_rows_add_their_cross_entropy_and_leave_the_rl_mean_alone(tiny_model_dir, tmp_path):
-    """Rows flagged by ``anchor_mask`` (SFT anchor) contribute lambda * mean(-log pi(target)) and nothing else: the
-    RL terms are the mean over the other real turns, and the metrics exclude the anchor rows."""
-    data = tmp_path / "policy.jsonl"
-    data.write_text(json.dumps({"prompt": "x", "completion": " A", "num_options": 6}) + "\n")
-    trainer = make_trainer(tiny_model_dir, tmp_path, sft_anchor_data=str(data), sft_anchor_coef=0.7, beta=0.2)
-    trainer.model.train()
-    batch = hand_batch(trainer._tokenizer, n_rows=7, n_real=6, seed=6)
-    batch["anchor_mask"] = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0])  # row 6 is padding
-    batch["ref_logps"] = batch["old_logps"] - 0.2
-    trainer._set_window_counts([[batch]])
-    assert batch["window_turns"].item() == 4 and batch["window_anchor_turns"].item() == 2
-    loss = trainer.compute_loss(trainer.model, batch)
-    logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
-    rl_rows = dict(batch, turn_mask=torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0]))
-    expected = hand_objective(logp, entropy, rl_rows, beta=0.2, ref_logp=batch["ref_logps"])
-    expected = expected + 0.7 * (-logp[[2, 5]]).mean()
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
-    params = [p for p in trainer.model.parameters() if p.requires_grad]
-    got = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-    want = torch.autograd.grad(expected, params, allow_unused=True)
-    for g, w in zip(got, want, strict=True):
-        if w is not None:
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
-    logged = trainer._metrics["train"]
-    assert logged["sft_anchor/nll"][-1] == pytest.approx((-logp[[2, 5]]).mean().item(), rel=1e-4)
-    assert logged["entropy"][-1] == pytest.approx(entropy[[0, 1, 3, 4]].mean().item(), rel=1e-4)
 
 
 def test_accumulation_window_sums_to_the_mean_over_all_real_turns(tiny_model_dir, tmp_path, monkeypatch):
@@ -333,7 +310,7 @@ def test_moe_router_loss_is_added(tiny_model_dir, tmp_path):
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     batch = hand_batch(trainer._tokenizer, n_rows=4, n_real=4, seed=5)
-    trainer._set_window_counts([[batch]])
+    set_window(batch)
     loss = trainer.compute_loss(trainer.model, batch)
     logp, entropy = hand_logps(trainer.model, trainer.option_head.label_ids, batch)
     mask = batch["prompt_mask"]
@@ -365,9 +342,10 @@ def test_shared_prefix_forward_gives_the_plain_forwards_loss_and_gradients(model
             lambda _m, args, kwargs, _w=widths: _w.append(kwargs["input_ids"].shape[1]), with_kwargs=True
         )
         with torch.no_grad():
-            old = trainer._score_batched(trainer.model, batch)
-        batch["ref_logps"] = old - 0.1
-        trainer._set_window_counts([[batch]])
+            tables = trainer._option_tables(trainer.model, batch, torch.ones(6, dtype=torch.bool))
+            old = tables.gather(-1, batch["option"][:, None]).squeeze(-1)
+        batch["ref_log_probs"] = torch.log_softmax(tables + 0.1 * torch.arange(tables.shape[1]), dim=-1)
+        set_window(batch)
         loss = trainer.compute_loss(trainer.model, batch)
         hook.remove()
         params = [p for p in trainer.model.parameters() if p.requires_grad]
@@ -394,17 +372,21 @@ def test_shared_prefix_forward_gives_the_plain_forwards_loss_and_gradients(model
 
 
 def test_shared_prefix_is_off_with_gradient_checkpointing(tiny_model_dir, tmp_path):
+    """Activation checkpointing re-runs layers without their KV cache: under autograd the loss forward is a plain
+    one (full width), without gradients (old / reference scoring) the prefix is still shared."""
     trainer = make_trainer(tiny_model_dir, tmp_path, gradient_checkpointing=True)
     trainer.model.train()
     batch = hand_batch(trainer._tokenizer, n_rows=4, n_real=4, seed=8)
-    assert (
-        trainer._shared_prefix_forward(trainer.model, batch["prompt_ids"], batch["prompt_mask"], False)
-        is None
+    widths: list[int] = []
+    hook = trainer.model.register_forward_pre_hook(
+        lambda _m, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
     )
-    with torch.no_grad():  # no gradients: the cache is kept, the prefix is shared
-        assert (
-            trainer._shared_prefix_forward(trainer.model, batch["prompt_ids"], batch["prompt_mask"], False)
-            is not None
-        )
+    trainer._option_scores(trainer.model, batch)
+    assert widths == [batch["prompt_ids"].shape[1]], "one plain forward over the whole prompts"
+    widths.clear()
+    with torch.no_grad():
+        trainer._option_scores(trainer.model, batch)
+    hook.remove()
+    assert len(widths) == 2 and sum(widths) <= batch["prompt_ids"].shape[1], "prefix once, then the suffixes"
     with pytest.raises(ValueError, match="shared_prefix_min_tokens must be >= 0"):
         ReflectPPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, shared_prefix_min_tokens=-1)

@@ -15,7 +15,8 @@ from _openai_server import running  # noqa: E402
 from test_rl_loss import make_trainer  # noqa: E402
 
 from reflect_trl.reflection.remote import ReflectionServerError  # noqa: E402
-from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer  # noqa: E402
+from reflect_trl.trainers.rl_config import ReflectPPOConfig  # noqa: E402
+from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer  # noqa: E402
 
 
 def _trainer(model_dir: str, out_dir: Path, base_url: str, **overrides) -> ReflectPPOTrainer:

@@ -9,7 +9,9 @@ pytest.importorskip("textworld")
 from reflect_trl.envs import make_env  # noqa: E402
 from reflect_trl.models import load_causal_lm, load_tokenizer  # noqa: E402
 from reflect_trl.tiny_models import build_tiny_model  # noqa: E402
-from reflect_trl.trainers.rl import ReflectPPOConfig, ReflectPPOTrainer, build_train_tasks, tasks_to_dataset  # noqa: E402
+from reflect_trl.trainers.rl_config import ReflectPPOConfig  # noqa: E402
+from reflect_trl.trainers.rl_tasks import build_train_tasks, tasks_to_dataset  # noqa: E402
+from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer  # noqa: E402
 
 
 @pytest.mark.textworld

@@ -10,8 +10,9 @@ import torch
 from datasets import Dataset
 
 from _toy_env import LineWorldEnv, LineWorldReflector, toy_prompts
-from reflect_trl.data_builder import DataBuilderConfig, build_datasets
-from reflect_trl.datasets_io import DatasetFormatError
+from reflect_trl.cli.sft import ReflectSFTScriptArguments, resolve_sft_labels
+from reflect_trl.data.builder import DataBuilderConfig, build_datasets
+from reflect_trl.data.io import DatasetFormatError
 from reflect_trl.prompts import (
     DEFAULT_LABELS,
     clean_reflection,
@@ -21,14 +22,10 @@ from reflect_trl.prompts import (
 )
 from reflect_trl.reflection.model import ReflectionBatch, ReflectionModel
 from reflect_trl.tracking import configure_tracking
-from reflect_trl.trainers.sft import (
-    CurriculumOrderedSampler,
-    ReflectSFTConfig,
-    ReflectSFTScriptArguments,
-    ReflectSFTTrainer,
-    count_options,
-    resolve_sft_labels,
-)
+from reflect_trl.trainers.curriculum_sampler import CurriculumOrderedSampler
+from reflect_trl.trainers.sft_config import ReflectSFTConfig
+from reflect_trl.trainers.sft_data import count_options
+from reflect_trl.trainers.sft_trainer import ReflectSFTTrainer
 
 
 @pytest.fixture(scope="module")
@@ -343,7 +340,7 @@ def test_count_options():
 
 
 def test_run_sft_cli_trains_saves_and_writes_metrics(toy, tmp_path):
-    from reflect_trl.trainers.sft import run_sft_cli
+    from reflect_trl.cli.sft import run_sft_cli
 
     data_file = toy["root"] / "data" / "line_world" / "policy_reflect.jsonl"
     out = tmp_path / "run"

@@ -92,11 +92,19 @@ def split_seed(base_seed: int, split: str, index: int) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+class OracleUnavailableError(RuntimeError):
+    """The oracle's next action is not among the offered options (e.g. pruned by an environment's option settings):
+    the task cannot be solved as configured. Data generation skips such a task and counts it."""
+
+
 class TextEnv(ABC):
     """Base class of all environments. Subclasses set ``name``/``stages`` and implement the abstract methods."""
 
     name: ClassVar[str] = ""
     stages: ClassVar[tuple[str, ...]] = ()
+    #: constructor kwargs that only shape training episodes (augmentation, reward shaping that hints at the goal);
+    #: evaluation environments are built without them (``ReflectPPOConfig.evaluation_env_kwargs``)
+    training_only_kwargs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, horizon: int = 15) -> None:
         if horizon < 1:
@@ -136,6 +144,11 @@ class TextEnv(ABC):
     @abstractmethod
     def oracle_action(self) -> int:
         """Index (into the current legal actions) of an optimal action."""
+
+    def optimal_actions(self) -> frozenset[int]:
+        """Every optimal action of the current state (ties included), for the evaluation's reflection diagnostics;
+        default: the oracle's. An environment whose oracle picks one of several equally good actions overrides it."""
+        return frozenset({self.oracle_action()})
 
     def instance_key(self, task: Task) -> str:
         """A key of the problem instance ``task`` poses: two tasks with equal keys are the same problem (Taxi: the

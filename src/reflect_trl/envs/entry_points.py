@@ -16,7 +16,9 @@ that fails to load raises :class:`PluginLoadError` naming the distribution and t
 
 from __future__ import annotations
 
+import importlib
 import sys
+import traceback
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,19 +47,67 @@ class Plugin:
     def describe(self) -> str:
         return f"entry point '{self.name} = {self.value}' (group '{self.group}') of distribution '{self.distribution}'"
 
-    def error(self, problem: str) -> PluginLoadError:
-        """A :class:`PluginLoadError` naming this entry point, its distribution, ``problem`` and what to do."""
-        remedy = "Fix the entry point in that distribution's pyproject.toml and reinstall it, or uninstall it"
-        if self.distribution != UNKNOWN_DISTRIBUTION:
-            remedy += f" (pip uninstall {self.distribution.split()[0]})"
-        return PluginLoadError(f"{self.describe()} {problem}. {remedy}.")
+    def _uninstall(self) -> str:
+        if self.distribution == UNKNOWN_DISTRIBUTION:
+            return ""
+        return f" (pip uninstall {self.distribution.split()[0]})"
+
+    def error(self, problem: str, remedy: str | None = None) -> PluginLoadError:
+        """A :class:`PluginLoadError` naming this entry point, its distribution, ``problem`` and what to do
+        (``remedy``; by default: fix the entry point in the distribution's ``pyproject.toml``)."""
+        remedy = remedy or "Fix the entry point in that distribution's pyproject.toml and reinstall it"
+        return PluginLoadError(f"{self.describe()} {problem}. {remedy}, or uninstall it{self._uninstall()}.")
 
     def load(self) -> Any:
-        """The object the entry point names (importing its module); any failure is a :class:`PluginLoadError`."""
+        """The object the entry point names (importing its module); any failure is a :class:`PluginLoadError`
+        that says where it happened: the entry point names a module that cannot be found or an attribute the
+        module lacks (the entry point is wrong, or the distribution is not installed here), or the plugin's own
+        code raised while its module was imported (an error inside the plugin, not in its entry point)."""
+        module_name = self.entry_point.module
         try:
-            return self.entry_point.load()
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name and (module_name == err.name or module_name.startswith(f"{err.name}.")):
+                raise self.error(
+                    f"names the module {module_name!r}, which cannot be found ({err})",
+                    "Check the module path of the entry point and that the distribution's package is installed "
+                    "in this Python environment (pip install -e <its directory>)",
+                ) from err
+            raise self._raised_inside(module_name, err) from err
         except Exception as err:
-            raise self.error(f"failed to load: {type(err).__name__}: {err}") from err
+            raise self._raised_inside(module_name, err) from err
+        target: Any = module
+        for part in (self.entry_point.attr or "").split("."):
+            if not part:
+                continue
+            try:
+                target = getattr(target, part)
+            except AttributeError as err:
+                raise self.error(
+                    f"failed to load: AttributeError: module {module_name!r} has no attribute "
+                    f"{self.entry_point.attr!r}"
+                ) from err
+        return target
+
+    def _raised_inside(self, module_name: str, err: BaseException) -> PluginLoadError:
+        """The error of a plugin module that was found but raised while it was imported."""
+        return self.error(
+            f"failed to load: importing its module {module_name!r} raised {type(err).__name__}: {err}"
+            f"{_where(err)}. This is an error inside the plugin's code (or a missing dependency of it), not in "
+            "reflect-trl or in the entry point",
+            f"Fix it in the plugin (distribution '{self.distribution}'; run `python -c \"import {module_name}\"` "
+            "to see the traceback)",
+        )
+
+
+def _where(err: BaseException) -> str:
+    """`` (at file:line)``: where ``err`` was raised (a SyntaxError: the offending line), or ""."""
+    if isinstance(err, SyntaxError) and err.filename:
+        return f" (at {err.filename}:{err.lineno})"
+    frames = traceback.extract_tb(err.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename and not f.filename.startswith("<frozen")]
+    frame = (own or frames or [None])[-1]
+    return f" (at {frame.filename}:{frame.lineno})" if frame is not None else ""
 
 
 def _distribution(ep: EntryPoint) -> str:

@@ -275,6 +275,31 @@ def episode_start_state(seed: int, mode: str) -> int:
     return state
 
 
+#: Why a no-effect action crashed (``info["crash_cause"]``), by what in the observation could have shown it:
+#: ``off_grid`` (the taxi's row / column and the move's direction), ``wall`` (a | of the grid), ``pickup_*`` /
+#: ``dropoff_*`` (the passenger line and the grid markers: "Passenger in the taxi", O, X, @).
+CRASH_CAUSES = (
+    "off_grid",
+    "wall",
+    "pickup_not_at_passenger",
+    "pickup_passenger_on_board",
+    "dropoff_no_passenger",
+    "dropoff_not_at_station",
+)
+
+
+def crash_cause(state: int, action: int) -> str:
+    """The :data:`CRASH_CAUSES` entry of a no-effect ``action`` in ``state``."""
+    s = decode_state(state)
+    row, col = s.taxi
+    if action in (SOUTH, NORTH, EAST, WEST):
+        d_row, d_col = {SOUTH: (1, 0), NORTH: (-1, 0), EAST: (0, 1), WEST: (0, -1)}[action]
+        return "off_grid" if not (0 <= row + d_row < 5 and 0 <= col + d_col < 5) else "wall"
+    if action == PICKUP:
+        return "pickup_passenger_on_board" if s.in_taxi else "pickup_not_at_passenger"
+    return "dropoff_not_at_station" if s.in_taxi else "dropoff_no_passenger"
+
+
 def _cell_marker(s: TaxiState, cell: tuple[int, int]) -> str:
     dest_here = cell == s.destination_cell
     if cell == s.taxi:
@@ -442,9 +467,11 @@ class DangerousTaxiEnv(TextEnv):
         self.t += 1
         self.actions_taken.append(action)
         terminated = False
+        cause = None
         if after == before:  # no visible effect: the taxi crashes
             raw = self.crash_reward
             self.crashed = terminated = True
+            cause = crash_cause(before, action)
         else:
             raw = dyn.raw_reward[before][action]
             if raw == STEP_REWARD:  # an ordinary move (or a legal drop-off away from the destination)
@@ -474,6 +501,8 @@ class DangerousTaxiEnv(TextEnv):
             "raw_reward": raw,
             "mode": self.mode,
         }
+        if cause is not None:
+            info["crash_cause"] = cause
         return self.observation, raw / REWARD_SCALE, terminated, truncated, info
 
     # -- oracle ------------------------------------------------------------------------------------------
@@ -497,6 +526,19 @@ class DangerousTaxiEnv(TextEnv):
         if action < 0:
             raise RuntimeError(f"taxi: goal {self.goal!r} unreachable from state {decode_state(self.state)}")
         return action
+
+    def optimal_actions(self) -> frozenset[int]:
+        """Every action that starts a shortest crash-free route to this mode's success (all ties)."""
+        dyn, distance = taxi_dynamics(), self.oracle_distance()
+        best = set()
+        for action in range(len(ACTIONS)):
+            after = dyn.next_state[self.state][action]
+            if dyn.is_success_edge(self.goal, self.state, action):
+                if distance == 1:
+                    best.add(action)
+            elif after != self.state and dyn.distance[self.goal][after] == distance - 1:
+                best.add(action)
+        return frozenset(best)
 
     def oracle_plan(self) -> list[int]:
         """The whole shortest action sequence from the current state to this mode's success."""

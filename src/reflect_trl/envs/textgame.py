@@ -23,7 +23,7 @@ from abc import abstractmethod
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, ClassVar
 
-from reflect_trl.envs.base import Observation, StepResult, Task, TextEnv
+from reflect_trl.envs.base import Observation, OracleUnavailableError, StepResult, Task, TextEnv
 
 #: The prompt builder's label count (``len(reflect_trl.prompts.DEFAULT_LABELS)``): the default option cap.
 MAX_OPTIONS = 62
@@ -143,20 +143,19 @@ def world_digest(state: Any, options: Sequence[str], inert: Sequence[str] = ()) 
     return hashlib.sha256(repr(sorted(parts.items())).encode()).hexdigest()
 
 
-def select_options(
-    commands: Sequence[str], keep: Sequence[str], exclude: Sequence[str], cap: int
-) -> tuple[str, ...]:
-    """Sorted, de-duplicated commands without the ``exclude`` prefixes, capped at ``cap``.
+def select_options(commands: Sequence[str], exclude: Sequence[str], cap: int) -> tuple[str, ...]:
+    """Sorted, de-duplicated commands without the ``exclude`` prefixes, capped at ``cap``; when pruning,
+    ``examine ...``, ``look`` and ``inventory`` go first, then the alphabetically last commands.
 
-    Commands in ``keep`` (the plan's next command) always stay. When pruning, ``examine ...``, ``look`` and
-    ``inventory`` go first, then the alphabetically last commands.
+    The choice never looks at the plan: a plan command that this pruning removes makes the oracle unavailable for
+    that state (:class:`~reflect_trl.envs.base.OracleUnavailableError`), instead of being the one command of its kind
+    left in the prompt (which would tell the policy the answer).
     """
 
     def excluded(cmd: str) -> bool:
         return any(cmd == p or cmd.startswith(p + " ") for p in exclude)
 
-    keep_set = [c for c in dict.fromkeys(keep) if c in commands]
-    options = sorted({c for c in commands if not excluded(c)} | set(keep_set))
+    options = sorted({c for c in commands if not excluded(c)})
     if len(options) <= cap:
         return tuple(options)
 
@@ -164,9 +163,7 @@ def select_options(
         low_value = cmd in ("look", "inventory") or cmd.startswith("examine ")
         return (1 if low_value else 0, cmd)
 
-    rest = sorted((c for c in options if c not in keep_set), key=prune_rank)
-    chosen = set(keep_set[:cap]) | set(rest[: max(0, cap - len(keep_set))])
-    return tuple(sorted(chosen))
+    return tuple(sorted(sorted(options, key=prune_rank)[:cap]))
 
 
 # -- the shared engine adapter ---------------------------------------------------------------------------------
@@ -353,8 +350,7 @@ class TextGameEnv(TextEnv):
 
     def _observe(self) -> Observation:
         commands = list(self.state.get("admissible_commands") or [])
-        plan = self._plan_of(self.state) if not (self.won or self.lost) else []
-        options = select_options(commands, plan[:1], self.exclude_commands, self.max_options)
+        options = select_options(commands, self.exclude_commands, self.max_options)
         if not options:  # an engine with nothing to do (never seen in practice): keep the Observation valid
             options = ("look",)
         return Observation(self._render(), options)
@@ -377,8 +373,7 @@ class TextGameEnv(TextEnv):
         a quest once, so a quest undone again still differs from one never done), the score, won/lost, the room
         description and inventory texts as the engine renders them (a Z-machine lists objects in the order they
         arrived, so the same facts can read differently in every later observation), and the current options
-        (the plan's next command is kept among them even when excluded or capped, and the hand-coded ALFWorld
-        expert's plan depends on its exploration history).
+        (the hand-coded ALFWorld expert's plan depends on its exploration history).
 
         Left out, as history: the commands so far, their responses and the last response (it is replaced by the
         response to the next command, which the world state and that command decide), the step counter, and the
@@ -408,9 +403,10 @@ class TextGameEnv(TextEnv):
                 f"(won={self.won}, lost={self.lost}); no next command to suggest"
             )
         if plan[0] not in self.observation.actions:
-            raise RuntimeError(
+            raise OracleUnavailableError(
                 f"{self.name}: the plan's next command {plan[0]!r} is not among the options "
-                f"{list(self.observation.actions)} (game {self.game_file}, step {self.t})"
+                f"{list(self.observation.actions)} (game {self.game_file}, step {self.t}): exclude_commands "
+                f"{list(self.exclude_commands)} or max_options {self.max_options} pruned it"
             )
         return self.observation.actions.index(plan[0])
 

@@ -4,7 +4,7 @@ The oracle reflector of an environment comes from, in order of precedence: the b
 :func:`register_oracle_reflector` calls in the running process, or an installed distribution's entry point in the
 group ``reflect_trl.reflectors`` (``<env name> = "module:Class"``, read lazily; a name taken by the first two is
 ignored with a warning). An environment without one can still get data from the teacher reflector
-(:class:`reflect_trl.reflection.teacher.TeacherReflector`, passed to ``reflect_trl.data_builder.build_datasets``).
+(:class:`reflect_trl.reflection.teacher.TeacherReflector`, passed to ``reflect_trl.data.builder.build_datasets``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from reflect_trl.envs import did_you_mean
 from reflect_trl.envs.entry_points import REFLECTOR_GROUP, Plugin, plugins_without
 from reflect_trl.reflection.base import ReflectionContext, Reflector
 
@@ -52,17 +53,24 @@ def get_oracle_reflector(env_name: str, **kwargs: Any) -> Reflector:
     plugin = _entry_point_reflectors().get(env_name)
     if plugin is None:
         raise KeyError(
-            f"no oracle reflector for environment {env_name!r}; known: {list_oracle_reflectors()}. An installed "
+            f"no oracle reflector for environment {env_name!r}"
+            f"{did_you_mean(env_name, list_oracle_reflectors())}; known: {list_oracle_reflectors()}. An installed "
             f"package adds one through the entry-point group '{REFLECTOR_GROUP}'; without one, pass a "
-            "reflect_trl.reflection.teacher.TeacherReflector to reflect_trl.data_builder.build_datasets "
+            "reflect_trl.reflection.teacher.TeacherReflector to reflect_trl.data.builder.build_datasets "
             "(docs/custom_environment.md)"
         )
     cls = plugin.load()
     if not callable(cls):
-        raise plugin.error(f"names {cls!r}, which is not a reflector class")
+        raise plugin.error(
+            f"names {cls!r}, which is not a reflector class",
+            "Point the entry point at the reflector class in the distribution's pyproject.toml and reinstall it",
+        )
     reflector = cls(**kwargs)
     if not callable(getattr(reflector, "reflect", None)):
-        raise plugin.error(f"makes a {type(reflector).__name__} without a reflect(ctx, rng) method")
+        raise plugin.error(
+            f"makes a {type(reflector).__name__} without a reflect(ctx, rng) method",
+            "Give the class a method reflect(self, ctx, rng) -> str (docs/custom_environment.md)",
+        )
     return reflector
 
 

@@ -12,6 +12,10 @@ from typing import Any, Protocol
 
 from reflect_trl.envs.base import Observation, TextEnv
 
+#: Backends of the frozen reflection player (:func:`reflect_trl.reflection.player.make_reflection_player`): ``hf``,
+#: the model runs in this process; ``openai``, an OpenAI-compatible completions server runs it.
+REFLECTION_BACKENDS = ("hf", "openai")
+
 
 @dataclass
 class ReflectionContext:

@@ -15,6 +15,8 @@ Where the time goes and what is done about it (measurements in ``docs/performanc
 * **Static KV cache.** The cache is preallocated for prompt + budget (transformers' ``StaticCache``) instead of
   concatenating the whole cache at every new token, which dominates a decode step of a small model at batch 32.
 * The batch is padded directly into tensors (no ``tokenizer.pad``) and the ``generate`` arguments are built once.
+* No compilation: ``generate`` would ``torch.compile`` the forward of a StaticCache run on CUDA, and recompile for the
+  batch size and cache length of every turn; ``disable_compile`` keeps it eager.
 
 The batch layout and the prefix cache come from :mod:`reflect_trl.batching` (shared with the policy's forward
 pass in :mod:`reflect_trl.rollout`).
@@ -50,6 +52,10 @@ class ReflectionBatch:
     stopped: list[bool]  # True when the marker/EOS ended the reflection within the budget
     prompt_ids: list[list[int]]  # the tokenised prompts (without padding), reusable by the caller
     seconds: float = 0.0
+    # with ``record_tokens``: each reflection's generated token ids (up to its length) and their log-probs under the
+    # sampling distribution (what a trained reflection player's PPO ratio divides by)
+    token_ids: list[list[int]] | None = None
+    token_logps: list[list[float]] | None = None
 
 
 def stop_token_ids(tokenizer) -> list[int] | None:
@@ -90,6 +96,7 @@ class ReflectionModel:
         cache_implementation: str = "static",
         freeze: bool = True,
         synced_gpus: bool = False,
+        record_tokens: bool = False,
     ) -> None:
         if cache_implementation not in CACHE_IMPLEMENTATIONS:
             raise ValueError(
@@ -118,6 +125,9 @@ class ReflectionModel:
         self._kwargs_key: tuple | None = None
         self._kwargs: dict | None = None
         self._fast_path_ok: bool | None = None  # None until the first fast-path call
+        #: return the generated token ids and their sampling log-probs (a reflection player that is trained)
+        self.record_tokens = record_tokens
+        self._last_logps: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -135,7 +145,13 @@ class ReflectionModel:
         key = (self.max_new_tokens, self.temperature, self.top_p)
         if self._kwargs is None or key != self._kwargs_key:
             kwargs = dict(
-                max_new_tokens=self.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id, use_cache=True
+                max_new_tokens=self.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                use_cache=True,
+                # transformers compiles the forward (torch.compile, CUDA graphs) when generate gets a StaticCache on a
+                # CUDA device; lock-step batches change their size and cache length every turn, so it would
+                # recompile turn after turn (the static cache is here to avoid re-concatenation, not for compilation)
+                disable_compile=True,
             )
             if self.synced_gpus:
                 kwargs["synced_gpus"] = True
@@ -194,8 +210,16 @@ class ReflectionModel:
         kwargs = self.generation_kwargs()
         if cache is not None:
             kwargs["cache"] = cache
+        if self.record_tokens:
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
         out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        return out[:, input_ids.shape[1] :]
+        if not self.record_tokens:
+            return out[:, input_ids.shape[1] :]
+        new = out.sequences[:, input_ids.shape[1] :]
+        # the scores are the processed logits sampling drew from (temperature applied; top-k/top-p off when trained)
+        scores = torch.stack(out.scores, dim=1).float().log_softmax(-1)
+        self._last_logps = scores.gather(-1, new[..., None]).squeeze(-1)
+        return new
 
     def generate(self, prompts: list[str], prompt_ids: list[list[int]] | None = None) -> ReflectionBatch:
         """Reflections for ``prompts`` (one batch, KV cache, per-sequence stop)."""
@@ -231,4 +255,9 @@ class ReflectionModel:
             ) or STOP_MARKER in raw
             texts.append(clean_reflection(raw.replace(eos, "")))
             stopped.append(bool(did_stop))
-        return ReflectionBatch(texts, lengths, stopped, ids, time.perf_counter() - start)
+        batch = ReflectionBatch(texts, lengths, stopped, ids, time.perf_counter() - start)
+        if self.record_tokens:
+            logps = self._last_logps.tolist()
+            batch.token_ids = [row[:n] for row, n in zip(rows, lengths, strict=True)]
+            batch.token_logps = [lp[:n] for lp, n in zip(logps, lengths, strict=True)]
+        return batch

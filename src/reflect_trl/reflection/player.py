@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from reflect_trl.reflection.base import REFLECTION_BACKENDS
 from reflect_trl.reflection.model import ReflectionBatch, ReflectionModel
 from reflect_trl.reflection.remote import DEFAULT_API_KEY_ENV, RemoteReflectionModel
-
-#: ``hf``: the model runs in this process; ``openai``: an OpenAI-compatible completions server runs it.
-REFLECTION_BACKENDS = ("hf", "openai")
 
 
 @runtime_checkable

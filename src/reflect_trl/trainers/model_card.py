@@ -1,7 +1,8 @@
 """Model cards of the Reflect-RL trainers (``README.md`` in the output directory and in checkpoints).
 
 A card names the base model, the environment, the method (Reflect-RL, its SFT or RL stage, the policy or reflection
-role) and its paper, shows how to load and act with the model (Python and ``reflect-trl eval``), and lists the run's
+role) and its paper (and, for a third-party environment, the plugin distribution that provides it), shows how to
+load and act with the model (:class:`reflect_trl.agent.ReflectAgent`, ``reflect-trl eval``), and lists the run's
 final logged metrics: rollout success per curriculum stage for RL, option accuracy / reflection metrics for SFT.
 """
 
@@ -51,6 +52,9 @@ class ModelCardFacts:
     base_model: str | None = None
     env_name: str | None = None
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    env_distribution: str | None = (
+        None  # "name version" of the plugin distribution that provides the environment
+    )
     stages: Sequence[str] = ()
     reflection_model: str | None = None  # RL: the frozen reflection model the policy played with
     option_labels: Sequence[str] | None = None
@@ -141,43 +145,36 @@ def _results_table(facts: ModelCardFacts) -> str:
 def _policy_snippet(facts: ModelCardFacts) -> str:
     env = facts.env_name or "taxi"
     stage = facts.stages[-1] if facts.stages else None
-    reflection = (
-        f'reflection_dir = "{facts.reflection_model}"\n'
-        "reflection = make_reflection_player(\n"
-        '    "hf",\n'
-        "    model=load_causal_lm(reflection_dir, trainable=False, merge_adapter=True).eval(),\n"
-        "    tokenizer=load_tokenizer(reflection_dir),\n"
-        "    temperature=0.0,\n"
-        ")\n"
-        if facts.reflection_model
-        else (
-            "reflection = None  # trained with reflections: make_reflection_player('hf', model=..., tokenizer=...)\n"
-            if facts.reflection_in_prompts
-            else "reflection = None\n"
+    served = bool(facts.reflection_model and "(served at" in facts.reflection_model)
+    if facts.reflection_model and not served:
+        agent = f'agent = ReflectAgent.from_pretrained("{facts.model_dir}", reflection="{facts.reflection_model}")\n'
+    else:
+        why = (
+            "it was trained with reflections: give its reflection model's directory"
+            if facts.reflection_model or facts.reflection_in_prompts
+            else "trained without reflections"
         )
+        agent = f'agent = ReflectAgent.from_pretrained(\n    "{facts.model_dir}",\n    reflection=None,  # {why}\n)\n'
+    install = (
+        f"# the environment comes from the plugin distribution {facts.env_distribution.split()[0]!r}: "
+        f"pip install {facts.env_distribution.split()[0]}\n"
+        if facts.env_distribution
+        else ""
     )
     return (
         "```python\n"
-        "from reflect_trl.action_head import OptionHead\n"
-        "from reflect_trl.envs import make_env\n"
-        "from reflect_trl.models import load_causal_lm, load_tokenizer\n"
-        "from reflect_trl.prompts import resolve_option_labels\n"
-        "from reflect_trl.reflection.player import make_reflection_player\n"
-        "from reflect_trl.rollout import PolicyActor, RolloutEngine\n\n"
-        f'policy_dir = "{facts.model_dir}"\n'
-        "tokenizer = load_tokenizer(policy_dir)\n"
-        "model = load_causal_lm(policy_dir, trainable=False, merge_adapter=True).eval()\n"
-        "head = OptionHead(tokenizer, resolve_option_labels(None, policy_dir))  # the labels it was trained with\n"
-        "actor = PolicyActor(model, tokenizer, head, greedy=True)\n"
-        f"{reflection}"
-        f"env_kwargs = {dict(facts.env_kwargs)!r}\n"
-        f'tasks = make_env("{env}", **env_kwargs).make_tasks("test", 4, seed=0'
-        + (f', difficulty="{stage}"' if stage else "")
-        + ")\n"
-        f'episodes = RolloutEngine("{env}", actor, reflection, env_kwargs=env_kwargs).run(tasks)\n'
-        "print([(ep.success, ep.length) for ep in episodes])\n"
-        "print(episodes[0].transcript()['turns'][0])  # state, reflection, chosen action\n"
-        "```\n"
+        "from reflect_trl import ReflectAgent\n"
+        "from reflect_trl.envs import make_env\n\n"
+        f"{agent}"
+        f"{install}"
+        f'env = make_env("{env}", **{dict(facts.env_kwargs)!r})\n'
+        'for task in env.make_tasks("test", 4, seed=0' + (f', difficulty="{stage}"' if stage else "") + "):\n"
+        "    episode = agent.play(env, task)\n"
+        '    print(episode["success"], [turn["action"] for turn in episode["turns"]])\n'
+        'print(episode["turns"][0])  # state, reflection, chosen action and its probability\n'
+        "```\n\n"
+        "`agent.act(observation)` gives the index of the action to take in one state (`env.step(...)` takes it), "
+        "`agent.decide(observation)` also the reflection and every option's probability.\n"
     )
 
 
@@ -243,6 +240,12 @@ def render_model_card(facts: ModelCardFacts) -> str:
         f"- **Environment:** `{facts.env_name}`"
         + (f" with `{dict(facts.env_kwargs)}`" if facts.env_kwargs else "")
         + (f", curriculum stages {', '.join(f'`{s}`' for s in facts.stages)}" if facts.stages else "")
+        + (
+            f"; provided by the plugin distribution `{facts.env_distribution}` "
+            f"(`pip install {facts.env_distribution.split()[0]}` to use this model)"
+            if facts.env_distribution
+            else ""
+        )
         if facts.env_name
         else "- **Environment:** not recorded",
     ]
@@ -298,6 +301,19 @@ def write_model_card(facts: ModelCardFacts, output_dir: str | Path) -> Path:
     return path
 
 
+def plugin_distribution(env_name: str | None) -> str | None:
+    """The distribution (``"name version"``) whose entry point provides ``env_name``; None for a built-in or an
+    environment registered in the process (or when it cannot be told)."""
+    if not env_name:
+        return None
+    from reflect_trl.envs import env_distribution
+
+    try:
+        return env_distribution(env_name)
+    except Exception:  # a card never fails over this
+        return None
+
+
 def _tags(tags: str | Sequence[str] | None) -> list[str]:
     return [tags] if isinstance(tags, str) else list(tags or [])
 
@@ -325,6 +341,7 @@ def sft_card_facts(trainer, model_name: str | None = None, dataset_name: str | N
         model_dir=str(args.output_dir),
         base_model=base_model_of(trainer.model),
         env_name=envs[0] if len(envs) == 1 else (", ".join(envs) or None),
+        env_distribution=plugin_distribution(envs[0]) if len(envs) == 1 else None,
         stages=_column_values(data, "difficulty") if data is not None else [],
         option_labels=tuple(args.labels) if args.role == "policy" else None,
         reflection_in_prompts=reflection_in_prompts,
@@ -365,6 +382,7 @@ def rl_card_facts(trainer, model_name: str | None = None, tags=None):
         base_model=base_model_of(trainer.model),
         env_name=args.env_name,
         env_kwargs=dict(args.env_kwargs or {}),
+        env_distribution=plugin_distribution(args.env_name),
         stages=list(trainer.stages),
         reflection_model=reflection,
         option_labels=tuple(trainer.option_head.labels),
@@ -387,6 +405,7 @@ __all__ = [
     "SFT_METRICS",
     "ModelCardFacts",
     "base_model_of",
+    "plugin_distribution",
     "last_values",
     "render_model_card",
     "rl_card_facts",

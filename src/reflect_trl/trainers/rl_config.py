@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.trainer_utils import SchedulerType
 from trl import GRPOConfig
 
 from reflect_trl import rl_math
 from reflect_trl.batching import DEFAULT_SHARED_PREFIX_MIN_TOKENS
 from reflect_trl.config_lists import parse_int_list, parse_list
-from reflect_trl.curriculum import TASK_SAMPLINGS, FailurePriorities
 from reflect_trl.envs.base import SPLITS
 from reflect_trl.prompts import parse_option_labels
 from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE
@@ -43,6 +43,12 @@ _UNSUPPORTED_GRPO_OPTIONS: tuple[tuple[str, object, str], ...] = (
         "there is one (option) token per turn; token filtering by entropy does not apply",
     ),
     ("off_policy_mask_threshold", None, "not implemented by the turn-level PPO loss"),
+    (
+        "use_adaptive_entropy",
+        False,
+        "not supported with the option loss: on DangerousTaxi it kept the option entropy but did not improve the "
+        "policy (docs/experiments.md, what was tried); use a fixed entropy_coef",
+    ),
     ("delta", None, "two-sided ratio clipping is not implemented by the turn-level PPO loss"),
     ("mask_truncated_completions", False, "completions are single option labels and are never truncated"),
     ("log_completions", False, "episodes are written by log_episodes_every / num_logged_episodes"),
@@ -92,6 +98,26 @@ class ReflectPPOConfig(GRPOConfig):
             "('none')."
         },
     )
+    scale_std_floor: float = field(
+        default=0.1,
+        metadata={
+            "help": "gigpo with scale_rewards 'group': the smallest std a group's returns are divided by (reward "
+            "units), so returns that differ only by discounting (0.95^3 vs 0.95^5) are not blown up to +-1."
+        },
+    )
+    lr_scheduler_type: SchedulerType | str = field(
+        default="constant",
+        metadata={
+            "help": "Learning-rate schedule: constant (the paper's RL loop), or any transformers scheduler."
+        },
+    )
+    lr_schedule_per_stage: bool = field(
+        default=False,
+        metadata={
+            "help": "Restart the learning-rate schedule (warm-up, decay) at each curriculum stage instead of running "
+            "it once over max_steps (curriculum_schedule 'steps' only)."
+        },
+    )
     env_name: str = field(
         default="taxi",
         metadata={
@@ -101,6 +127,13 @@ class ReflectPPOConfig(GRPOConfig):
     )
     env_kwargs: dict | str | None = field(
         default=None, metadata={"help": "Environment kwargs (dict or JSON)."}
+    )
+    eval_env_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Environment kwargs of the evaluation during training (dict or JSON); default: env_kwargs without "
+            "the environment's training-only kwargs (TextEnv.training_only_kwargs, e.g. AutoExplore's leaveout_prob)."
+        },
     )
     reflection_model_name_or_path: str | None = field(
         default=None,
@@ -122,13 +155,6 @@ class ReflectPPOConfig(GRPOConfig):
         metadata={
             "help": "Reference log-probs of up to this many turns kept: a repeated turn needs no reference "
             "forward (0: off)."
-        },
-    )
-    old_logps_from_rollout: bool = field(
-        default=True,
-        metadata={
-            "help": "Old log-probs from the rollout's forward; False re-scores them (logs "
-            "rollout/logp_gap_max)."
         },
     )
     shared_prefix_min_tokens: int = field(
@@ -180,29 +206,42 @@ class ReflectPPOConfig(GRPOConfig):
         default=3,
         metadata={"help": "openai backend: retries of a failed request (then the run stops cleanly)."},
     )
-    exploration_epsilon: float = field(
-        default=0.0,
+    train_reflection: bool = field(
+        default=False,
         metadata={
-            "help": "Probability that a rollout turn takes a uniformly drawn option instead of the policy's sample "
-            "(0 = off). The turn trains like a sampled one (PPO ratio to the rollout policy), so the step groups of "
-            "gigpo see the alternatives a confident policy never samples (docs/design.md)."
+            "help": "Train the reflection player too (beyond the paper: there it is frozen), with the policy's turn "
+            "advantages on its sampled reflection tokens (rl_math section 4); needs reflection_temperature > 0 and "
+            "the in-process backend. Saved in <output_dir>/reflection."
+        },
+    )
+    train_policy: bool = field(
+        default=True, metadata={"help": "Train the policy (false: only the reflection player learns)."}
+    )
+    reflection_learning_rate: float = field(
+        default=1e-5, metadata={"help": "train_reflection: the reflection player's learning rate."}
+    )
+    reflection_beta: float = field(
+        default=0.05,
+        metadata={
+            "help": "train_reflection: weight of the reflection's k3 KL to the SFT'd reflection model."
         },
     )
     advantage_estimator: str = field(
         default="rloo", metadata={"help": "reinforce | rloo | gae | gigpo (reflect_trl.rl_math)"}
     )
-    gamma: float = field(default=1.0, metadata={"help": "Discount over turns."})
+    gamma: float = field(
+        default=0.95, metadata={"help": "Discount over turns (GiGPO: 0.95, a loop penalty)."}
+    )
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda."})
     step_advantage_weight: float = field(
         default=1.0, metadata={"help": "gigpo: weight omega of the state-grouped step advantage."}
     )
     reinforce_baseline: str = field(default="batch", metadata={"help": "REINFORCE baseline: none | batch"})
-    whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages over the batch."})
-    positive_advantage_weight: float = field(
-        default=1.0,
+    whiten_advantages: bool | None = field(
+        default=None,
         metadata={
-            "help": "Multiplies positive advantages (after whitening): Weighted-REINFORCE's lambda (arXiv 2506.01347; "
-            "0.1 there, 0 = negative samples only); 1 = off."
+            "help": "Normalise advantages over the rollout batch; default: off for gigpo (already normalised per "
+            "group), on for the others."
         },
     )
     vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
@@ -213,20 +252,6 @@ class ReflectPPOConfig(GRPOConfig):
     replay_samples: int = field(default=8, metadata={"help": "Replayed turns added to each rollout batch."})
     replay_weight: float = field(
         default=0.1, metadata={"help": "Advantage given to replayed successful turns."}
-    )
-    sft_anchor_data: str | None = field(
-        default=None,
-        metadata={
-            "help": "Policy SFT data (a path as for `reflect-trl sft`) whose train rows anchor RL: each rollout batch "
-            "adds sft_anchor_samples of them, trained with the cross-entropy of their target option "
-            "(InstructGPT's PPO-ptx term, reflect_trl.sft_anchor)."
-        },
-    )
-    sft_anchor_coef: float = field(
-        default=0.0, metadata={"help": "Weight of the SFT anchor's cross-entropy in the loss (0 = off)."}
-    )
-    sft_anchor_samples: int = field(
-        default=16, metadata={"help": "SFT anchor rows added to each rollout batch per process."}
     )
     curriculum: bool = field(default=True, metadata={"help": "Train stage by stage (easy first)."})
     curriculum_stages: list[str] | None = field(
@@ -242,29 +267,14 @@ class ReflectPPOConfig(GRPOConfig):
         default=0.8, metadata={"help": "Success rate that promotes (success)."}
     )
     curriculum_window: int = field(default=64, metadata={"help": "Episodes in the success window (success)."})
-    curriculum_mix_share: float = field(
-        default=0.0,
-        metadata={
-            "help": "Share of a rollout's tasks drawn from the curriculum's other stages (uniformly), so a stage's "
-            "updates keep meeting the states of the stages it does not train (0 = sequential stages, the paper)."
-        },
-    )
-    task_sampling: str = field(
-        default="uniform",
-        metadata={
-            "help": "How a rollout draws its tasks from the stage's pool: uniform | failures (failure-prioritised: "
-            "instances the policy failed recently are drawn more often, reflect_trl.curriculum.FailurePriorities)."
-        },
-    )
-    task_sampling_uniform_share: float = field(
-        default=0.5,
-        metadata={"help": "failures: share rho of the draw probability spread uniformly over the pool."},
-    )
-    task_sampling_alpha: float = field(
-        default=0.5,
-        metadata={"help": "failures: smoothing alpha of an instance's failure score per rollout."},
-    )
     num_train_tasks: int = field(default=256, metadata={"help": "Training tasks per stage."})
+    train_tasks_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A JSONL file of training tasks (one Task dict per line, e.g. start states disjoint from the SFT "
+            "data); replaces num_train_tasks / task_seed."
+        },
+    )
     task_seed: int = field(default=0, metadata={"help": "Seed of the task generator."})
     shuffle_options: bool = field(default=False, metadata={"help": "Seeded shuffling of the option order."})
     option_labels: str | None = field(
@@ -300,13 +310,16 @@ class ReflectPPOConfig(GRPOConfig):
     num_logged_episodes: int = field(default=2, metadata={"help": "Episodes per episode table."})
 
     def __post_init__(self) -> None:
-        if isinstance(self.env_kwargs, str):
-            try:
-                self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else None
-            except json.JSONDecodeError as err:
-                raise ValueError(f"env_kwargs is not valid JSON: {self.env_kwargs!r} ({err})") from err
-        if self.env_kwargs is not None and not isinstance(self.env_kwargs, dict):
-            raise ValueError(f"env_kwargs must be a mapping, got {self.env_kwargs!r}")
+        for name in ("env_kwargs", "eval_env_kwargs"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value) if value.strip() else None
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{name} is not valid JSON: {value!r} ({err})") from err
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(f"{name} must be a mapping, got {value!r}")
+            setattr(self, name, value)
         if self.reflection_model_name_or_path in ("", "none", "None"):
             self.reflection_model_name_or_path = None
         from reflect_trl.reflection.player import REFLECTION_BACKENDS
@@ -337,34 +350,6 @@ class ReflectPPOConfig(GRPOConfig):
             raise ValueError(
                 f"shared_prefix_min_tokens must be >= 0 (0 disables it), got {self.shared_prefix_min_tokens}"
             )
-        if self.sft_anchor_coef < 0:
-            raise ValueError(f"sft_anchor_coef must be >= 0, got {self.sft_anchor_coef}")
-        if self.sft_anchor_coef > 0 and not self.sft_anchor_data:
-            raise ValueError(
-                f"sft_anchor_coef={self.sft_anchor_coef} needs sft_anchor_data (the policy's SFT data set)"
-            )
-        if self.sft_anchor_coef > 0 and self.sft_anchor_samples < 1:
-            raise ValueError(f"sft_anchor_samples must be >= 1 with an anchor, got {self.sft_anchor_samples}")
-        if not 0.0 <= self.exploration_epsilon < 1.0:
-            raise ValueError(f"exploration_epsilon must be in [0, 1), got {self.exploration_epsilon}")
-        if not 0.0 <= self.positive_advantage_weight <= 1.0:
-            raise ValueError(
-                f"positive_advantage_weight must be in [0, 1], got {self.positive_advantage_weight}"
-            )
-        if not 0.0 <= self.curriculum_mix_share < 1.0:
-            raise ValueError(f"curriculum_mix_share must be in [0, 1), got {self.curriculum_mix_share}")
-        if self.curriculum_mix_share > 0 and not self.curriculum:
-            raise ValueError(
-                f"curriculum_mix_share={self.curriculum_mix_share} mixes the stages of a curriculum; without one "
-                "(curriculum: false) every rollout already draws from every stage"
-            )
-        if self.task_sampling not in TASK_SAMPLINGS:
-            raise ValueError(f"task_sampling={self.task_sampling!r}; choose one of {TASK_SAMPLINGS}")
-        # FailurePriorities checks its own ranges; building one here fails at parse time, naming the field.
-        try:
-            FailurePriorities(self.task_sampling_uniform_share, self.task_sampling_alpha)
-        except ValueError as err:
-            raise ValueError(f"{err} (task_sampling_uniform_share / task_sampling_alpha)") from None
         if self.advantage_estimator not in rl_math.ADVANTAGE_ESTIMATORS:
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r}; choose one of {rl_math.ADVANTAGE_ESTIMATORS}"
@@ -418,6 +403,38 @@ class ReflectPPOConfig(GRPOConfig):
             raise ValueError(f"reinforce_baseline={self.reinforce_baseline!r}; choose 'none' or 'batch'")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma={self.gamma} must be in [0, 1]")
+        if self.train_reflection:
+            if self.reflection_backend != "hf":
+                raise ValueError(
+                    "train_reflection trains the reflection model in this process: reflection_backend must be 'hf' "
+                    f"(got {self.reflection_backend!r}; a served model cannot be trained from here)"
+                )
+            if self.reflection_temperature <= 0:
+                raise ValueError(
+                    "train_reflection learns from sampled reflections: set reflection_temperature > 0 (e.g. 1.0), "
+                    f"got {self.reflection_temperature}"
+                )
+            if self.reflection_learning_rate <= 0 or self.reflection_beta < 0:
+                raise ValueError(
+                    f"reflection_learning_rate must be > 0 and reflection_beta >= 0, got "
+                    f"{self.reflection_learning_rate} and {self.reflection_beta}"
+                )
+        if not self.train_policy and not self.train_reflection:
+            raise ValueError("train_policy=false leaves nothing to train: set train_reflection=true")
+        if self.whiten_advantages is None:
+            self.whiten_advantages = self.advantage_estimator != "gigpo"
+        if self.scale_std_floor < 0:
+            raise ValueError(f"scale_std_floor must be >= 0, got {self.scale_std_floor}")
+        if self.lr_schedule_per_stage and (not self.curriculum or self.curriculum_schedule != "steps"):
+            raise ValueError(
+                "lr_schedule_per_stage restarts the schedule at the stages of a curriculum_schedule 'steps' "
+                "curriculum (the stage starts are known in advance); this run has "
+                + (
+                    "no curriculum"
+                    if not self.curriculum
+                    else f"curriculum_schedule={self.curriculum_schedule!r}"
+                )
+            )
         super().__post_init__()
         if self.steps_per_generation % self.gradient_accumulation_steps != 0:
             raise ValueError(
@@ -457,6 +474,17 @@ class ReflectPPOConfig(GRPOConfig):
             "timeout": self.reflection_timeout,
             "max_retries": self.reflection_max_retries,
         }
+
+    @property
+    def evaluation_env_kwargs(self) -> dict[str, Any]:
+        """The kwargs of evaluation environments: ``eval_env_kwargs``, else ``env_kwargs`` without the environment's
+        training-only kwargs."""
+        if self.eval_env_kwargs is not None:
+            return dict(self.eval_env_kwargs)
+        from reflect_trl.envs import get_env_class
+
+        training_only = set(get_env_class(self.env_name).training_only_kwargs)
+        return {k: v for k, v in (self.env_kwargs or {}).items() if k not in training_only}
 
     @property
     def labels(self) -> tuple[str, ...] | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from datasets import Dataset, IterableDataset
 
-from reflect_trl.datasets_io import REQUIRED_COLUMNS, DatasetFormatError, validate_dataset
+from reflect_trl.data.io import REQUIRED_COLUMNS, DatasetFormatError, validate_dataset
 from reflect_trl.prompts import ACTION_CUE, OPTIONS_HEADER, REFLECTION_HEADER, STOP_MARKER
 
 

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from reflect_trl.action_head import OptionHead, masked_log_probs
-from reflect_trl.batching import left_pad
+from reflect_trl.action_head import OptionHead
 from reflect_trl.prompts import DEFAULT_LABELS, clean_reflection, encode_truncated_prompts
 from reflect_trl.reflection.model import ReflectionModel
 
@@ -55,15 +54,11 @@ def policy_option_metrics(
         return {"correct": 0.0, "nll": 0.0, "count": 0.0}
     head = OptionHead(tokenizer, labels[: max(num_options)])
     device = next(model.parameters()).device
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     correct = nll = count = 0.0
     for start in range(0, len(prompts), batch_size):
         stop = start + batch_size
-        input_ids, mask = left_pad(
-            encode_truncated_prompts(tokenizer, prompts[start:stop], max_length), pad_id
-        )
-        label_logits = head.label_logits(model, input_ids.to(device), mask.to(device))
-        log_probs = masked_log_probs(label_logits, torch.tensor(num_options[start:stop], device=device))
+        sequences = encode_truncated_prompts(tokenizer, prompts[start:stop], max_length)
+        log_probs = head.forward(model, sequences, num_options[start:stop]).log_probs
         target = torch.tensor(target_options[start:stop], device=device)
         weight = torch.tensor(weights[start:stop], device=device, dtype=torch.float)
         correct += float(((log_probs.argmax(-1) == target).float() * weight).sum())

@@ -1,6 +1,6 @@
 """``ReflectSFTTrainer``: stage 1 of Reflect-RL, the supervised warm-up of the policy or the reflection model.
 
-TRL's ``SFTTrainer`` on the prompt/completion data of :mod:`reflect_trl.data_builder` (the loss covers the
+TRL's ``SFTTrainer`` on the prompt/completion data of :mod:`reflect_trl.data.builder` (the loss covers the
 completion only: the option label for the policy, the reflection + stop marker for the reflection model), plus
 
 * checks of the data at init (:mod:`reflect_trl.trainers.sft_data`);
@@ -27,12 +27,13 @@ from datasets import Dataset, IterableDataset
 from trl import SFTConfig, SFTTrainer
 
 from reflect_trl.batching import checkpointing_drops_cache, context_kv_cache, shared_prefix_length
-from reflect_trl.datasets_io import DatasetFormatError
+from reflect_trl.data.io import DatasetFormatError
 from reflect_trl.prompts import write_option_labels
 from reflect_trl.reflection.model import ReflectionModel
 from reflect_trl.tracking import configure_tracking
 from reflect_trl.trainers.curriculum_sampler import CurriculumOrderedSampler, stage_order
 from reflect_trl.trainers.paper import REFLECT_RL_PAPER
+from reflect_trl.trainers.progress_callback import use_reflect_progress
 from reflect_trl.trainers.sft_config import ReflectSFTConfig
 from reflect_trl.trainers.sft_data import check_sft_dataset, count_options
 from reflect_trl.trainers.sft_metrics import (
@@ -101,6 +102,7 @@ class ReflectSFTTrainer(SFTTrainer):
             processing_class=processing_class,
             **kwargs,
         )
+        use_reflect_progress(self)  # bars on a terminal only; logs with numbers as numbers
         self._warn_dropped_rows()
         if args.curriculum_order:
             sampler = self._get_train_sampler()

@@ -18,6 +18,8 @@ The observation shows the last move, every dial and the code, the selected dial 
   ``test`` puzzle never appears in ``train``.
 * **Oracle** (optimal): turn the selected dial toward its code digit; when it is right, open the lock if every
   dial is right, else select the next dial.
+* **Instances**: a task's puzzle is its stage, start and code (:meth:`LockPuzzleEnv.instance_key`); held-out tasks
+  can repeat a puzzle, and evaluation counts each puzzle once in its intervals.
 * **Markov state**: the dials, the code and the selected dial. The observation also names the last move (so that a
   reflection can judge it), which is not part of the state: it changes nothing that any action leads to.
 * **Rewards**: ``success_reward`` (1) for opening; ``jam_reward`` (0) and ``step_reward`` (0) otherwise. A penalty
@@ -201,6 +203,11 @@ class LockPuzzleEnv(TextEnv):
         self.observation = Observation(render(self.dials, self.code, self.selected, move), ACTIONS)
         info: dict[str, Any] = {"success": self.success, "crash": self.jammed, "stuck": stuck}
         return self.observation, reward, terminated, truncated, info
+
+    def instance_key(self, task: Task) -> str:
+        """``<stage>:<start>/<code>``: the puzzle a task poses. A stage has a few hundred puzzles, so a hundred
+        held-out tasks repeat some; evaluation resamples puzzles, not tasks, for its intervals."""
+        return f"{task.difficulty}:{''.join(map(str, task.data['start']))}/{''.join(map(str, task.data['code']))}"
 
     # -- oracle and state --------------------------------------------------------------------------------
     def oracle_action(self) -> int:

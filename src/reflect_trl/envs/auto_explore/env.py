@@ -140,6 +140,8 @@ class AutoExploreEnv(TextEnv):
 
     name = "auto_explore"
     stages = STAGES
+    # the leave-out never hides the path to the target, so it would tell an evaluation where the target is
+    training_only_kwargs = ("leaveout_prob",)
 
     def __init__(
         self,

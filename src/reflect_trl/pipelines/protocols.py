@@ -1,0 +1,336 @@
+"""What a demo run trains and evaluates: the protocols, the configurations (table rows) and their job graph.
+
+A **protocol** fixes how the data is made and how the players decode:
+
+* ``strict`` -- this project's: the policy is SFT'd on the oracle's actions, reading the SFT'd reflection model's own
+  reflections (``reflect-trl relabel``); in RL the reflection model decodes greedily; both decodings are evaluated.
+* ``paper`` -- the authors' DangerousTaxi protocol: SFT data from "oracle + random 0.9" trajectories with the policy
+  target the *executed* (mostly random) action and reflections naming the oracle's move; both players sample at
+  T = 1 in RL (and the ``sampled`` evaluation is the authors' own; ``greedy`` is reported beside it).
+
+A **configuration** is one row of the results table: a policy run with (or without) a reflection run. A demo trains
+only the runs its configurations need (``DemoConfig.configurations``; default: the protocol's own), so an experiment
+is a set of configurations, not a script.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reflect_trl.pipelines.jobs import Job
+
+if TYPE_CHECKING:
+    from reflect_trl.pipelines.demo import DemoConfig
+
+
+# Environment kwargs the demo uses unless --env_kwargs is given (kept small for the tiny models' context).
+DEFAULT_ENV_KWARGS: dict[str, dict[str, Any]] = {
+    "auto_explore": {"horizon": 15, "max_content_tokens": 48, "max_content_lines": 8},
+}
+
+# RL-only environment kwargs. DangerousTaxi's -1 raw step cost makes an early crash cheaper than a late one, so a
+# policy that rarely succeeds learns to crash fast (docs/experiments.md); the demo's RL drops the step cost.
+# (AutoExplore's step_cost=0 removes the same incentive there, but with the tiny models it measured worse and 4x
+# slower than the cost table, docs/experiments.md §7, so the demo keeps the table.)
+RL_ENV_KWARGS: dict[str, dict[str, Any]] = {"taxi": {"step_reward": 0.0}}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    configurations: tuple[str, ...]
+    relabel: bool  # the policy's SFT data reads the SFT'd reflection model's own reflections
+    rl_reflection_temperature: float
+    data: dict[str, Any] = field(default_factory=dict)  # DataBuilderConfig fields
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "strict": Protocol(
+        ("sft_only", "rl_plain", "reflect_sft", "reflect_rl", "no_negatives", "no_curriculum"),
+        relabel=True,
+        rl_reflection_temperature=0.0,
+    ),
+    "paper": Protocol(
+        ("sft_only", "rl_plain", "reflect_sft", "reflect_rl"),
+        relabel=False,
+        rl_reflection_temperature=1.0,
+        data={"random_action_prob": 0.9, "policy_targets": "executed"},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    label: str  # the row of the results table
+    policy: str  # the run whose model is the policy
+    reflection: str | None = (
+        None  # the run whose model is the reflection player (``<rl run>/reflection``: trained)
+    )
+
+
+CONFIGURATIONS: dict[str, Configuration] = {
+    "sft_only": Configuration("SFT only", "sft_plain"),
+    "rl_plain": Configuration("SFT + RL w/o reflection", "rl_plain"),
+    "reflect_sft": Configuration("Reflect SFT (before RL)", "sft_policy", "sft_reflection"),
+    "reflect_rl": Configuration("Reflect-RL", "rl_reflect", "sft_reflection"),
+    "no_negatives": Configuration(
+        "Reflect-RL w/o negative examples", "rl_reflect_no_negatives", "sft_reflection_positive"
+    ),
+    "no_curriculum": Configuration("Reflect-RL w/o curriculum", "rl_reflect_no_curriculum", "sft_reflection"),
+    # design D1 (docs/experiments.md): reflections sampled at T = 1 during RL, the frozen player
+    "sampled_reflections": Configuration(
+        "Reflect-RL, reflections sampled in RL", "rl_reflect_sampled", "sft_reflection"
+    ),
+    # both players learn / only the reflection player learns (ReflectPPOConfig.train_reflection)
+    "both_learn": Configuration("Reflect-RL, both players learn", "rl_both", "rl_both/reflection"),
+    "reflection_learns": Configuration(
+        "Reflect-RL, only the reflection learns", "sft_policy", "rl_reflection_only/reflection"
+    ),
+    # design D3: the SFT policy trained on for as many optimizer steps as RL takes (compute-matched control)
+    "continued_sft": Configuration("Reflect SFT, continued", "sft_policy_continued", "sft_reflection"),
+}
+
+# SFT run -> (data set, role, reflection run whose own reflections replace the oracle's in the policy data)
+SFT_RUNS: dict[str, tuple[str, str, str | None]] = {
+    "sft_reflection": ("reflection", "reflection", None),
+    "sft_reflection_positive": ("reflection_positive", "reflection", None),
+    "sft_policy": ("policy_reflect", "policy", "sft_reflection"),
+    "sft_policy_positive": ("policy_reflect_positive", "policy", "sft_reflection_positive"),
+    "sft_plain": ("policy_plain", "policy", None),
+    "sft_policy_continued": ("policy_reflect", "policy", "sft_reflection"),
+}
+
+
+@dataclass(frozen=True)
+class RLRun:
+    policy: str  # the SFT run it starts from
+    reflection: str | None
+    curriculum: bool = True
+    sampled_reflections: bool = False  # reflections at T = 1 whatever the protocol
+    train_reflection: bool = False
+    train_policy: bool = True
+
+
+RL_RUNS: dict[str, RLRun] = {
+    "rl_plain": RLRun("sft_plain", None),
+    "rl_reflect": RLRun("sft_policy", "sft_reflection"),
+    "rl_reflect_no_negatives": RLRun("sft_policy_positive", "sft_reflection_positive"),
+    "rl_reflect_no_curriculum": RLRun("sft_policy", "sft_reflection", curriculum=False),
+    "rl_reflect_sampled": RLRun("sft_policy", "sft_reflection", sampled_reflections=True),
+    "rl_both": RLRun("sft_policy", "sft_reflection", sampled_reflections=True, train_reflection=True),
+    "rl_reflection_only": RLRun(
+        "sft_policy", "sft_reflection", sampled_reflections=True, train_reflection=True, train_policy=False
+    ),
+}
+
+
+def configurations_of(cfg: DemoConfig) -> list[str]:
+    """The configurations a demo run trains and evaluates (its own list, else its protocol's)."""
+    return list(cfg.configurations or PROTOCOLS[cfg.protocol].configurations)
+
+
+def needed_runs(cfg: DemoConfig) -> list[str]:
+    """Every SFT and RL run the configurations need, dependencies first."""
+    runs: dict[str, None] = {}
+
+    def add(run: str) -> None:
+        run = run.split("/")[0]
+        if run in RL_RUNS:
+            add(RL_RUNS[run].policy)
+            if RL_RUNS[run].reflection:
+                add(RL_RUNS[run].reflection)
+        elif run in SFT_RUNS and SFT_RUNS[run][2] and PROTOCOLS[cfg.protocol].relabel:
+            add(SFT_RUNS[run][2])
+        if run == "sft_policy_continued":
+            add("sft_policy")
+        runs[run] = None
+
+    for name in configurations_of(cfg):
+        add(CONFIGURATIONS[name].policy)
+        if CONFIGURATIONS[name].reflection:
+            add(CONFIGURATIONS[name].reflection)
+    return list(runs)
+
+
+def relabelled(cfg: DemoConfig, sft_run: str) -> bool:
+    """Whether the policy SFT run ``sft_run`` learns on its reflection model's own reflections (reflect-trl relabel)."""
+    _, role, reflector = SFT_RUNS[sft_run]
+    return role == "policy" and reflector is not None and PROTOCOLS[cfg.protocol].relabel
+
+
+def sft_dataset(cfg: DemoConfig, sft_run: str, data: Path) -> Path:
+    """The data set the SFT run ``sft_run`` trains on (the relabelled copy where :func:`relabelled`)."""
+    dataset = SFT_RUNS[sft_run][0]
+    return data / (f"{dataset}_model" if relabelled(cfg, sft_run) else dataset)
+
+
+def sft_learning_rate(cfg: DemoConfig, sft_run: str) -> float:
+    """``sft_policy_learning_rate`` for a policy run (when set), else ``sft_learning_rate``."""
+    if SFT_RUNS[sft_run][1] == "policy" and cfg.sft_policy_learning_rate is not None:
+        return cfg.sft_policy_learning_rate
+    return cfg.sft_learning_rate
+
+
+def flags(**values: Any) -> list[str]:
+    """``--key value`` pairs for a CLI argv (booleans as true/false)."""
+    argv: list[str] = []
+    for key, value in values.items():
+        argv += [f"--{key}", ("true" if value else "false") if isinstance(value, bool) else str(value)]
+    return argv
+
+
+def _train_args(cfg: DemoConfig, run_dir: Path) -> list[str]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return flags(
+        output_dir=run_dir,
+        use_cpu=True,
+        bf16=False,
+        seed=cfg.seed,
+        report_to=cfg.report_to,
+        run_name=run_dir.name,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+
+
+def demo_jobs(
+    cfg: DemoConfig, base: Path, data: Path, runs: Path, reflection_base_url: str | None = None
+) -> list[Job]:
+    """The SFT, relabel and RL jobs of the configurations (long chains first), every SFT run starting from ``base``
+    (the continued SFT from ``sft_policy``); with ``reflection_base_url`` the RL steps request their reflections from
+    that server."""
+    protocol = PROTOCOLS[cfg.protocol]
+    jobs: dict[str, Job] = {}
+    wanted = needed_runs(cfg)
+
+    def add(
+        name: str, command: str, argv: list[str], needs: tuple[str, ...], output: Path, run_dir: bool = True
+    ):
+        env = {"WANDB_DIR": str(output.resolve())} if run_dir else {}
+        jobs[name] = Job(name, command, argv, needs, env, output=output)
+
+    def sft(name: str) -> None:
+        dataset, role, reflector = SFT_RUNS[name]
+        steps = cfg.sft_reflection_steps if role == "reflection" else cfg.sft_policy_steps
+        needs: tuple[str, ...] = ()
+        if relabelled(cfg, name) and f"relabel_{dataset}" not in jobs:
+            add(
+                f"relabel_{dataset}",
+                "relabel",
+                flags(
+                    dataset=data / f"{dataset}.jsonl",
+                    reflection_model=runs / reflector,
+                    output=sft_dataset(cfg, name, data),
+                    max_new_tokens=cfg.rl_reflection_max_new_tokens,
+                    seed=cfg.seed,
+                )
+                + ["--replace"],
+                (reflector,),
+                sft_dataset(cfg, name, data),
+                run_dir=False,
+            )
+        if relabelled(cfg, name):
+            needs = (f"relabel_{dataset}",)
+        start, schedule = base, dict(lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20))
+        if name == "sft_policy_continued":  # the Reflect SFT policy, trained on for rl_steps more steps
+            start, steps, schedule = runs / "sft_policy", cfg.rl_steps, dict(lr_scheduler_type="constant")
+            needs += ("sft_policy",)
+        argv = flags(
+            model_name_or_path=start,
+            dataset_path=sft_dataset(cfg, name, data),
+            env_name=cfg.env_name,
+            role=role,
+            max_steps=steps,
+            per_device_train_batch_size=cfg.sft_batch_size,
+            learning_rate=sft_learning_rate(cfg, name),
+            **schedule,
+            logging_steps=max(1, steps // 10),
+            eval_strategy="no",
+            max_length=1024,
+            max_eval_samples=cfg.sft_eval_samples,
+            eval_num_policy_samples=cfg.sft_eval_samples,
+            eval_num_reflection_samples=max(1, cfg.sft_eval_samples // 4),
+            reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
+        )
+        add(name, "sft", argv + _train_args(cfg, runs / name), needs, runs / name)
+
+    rl_env_kwargs = {**cfg.env_kwargs, **(cfg.rl_env_kwargs if cfg.rl_env_kwargs is not None else {})}
+    if cfg.rl_env_kwargs is None:
+        rl_env_kwargs.update(RL_ENV_KWARGS.get(cfg.env_name, {}))
+
+    def rl(name: str) -> None:
+        run = RL_RUNS[name]
+        temperature = 1.0 if run.sampled_reflections else protocol.rl_reflection_temperature
+        argv = flags(
+            model_name_or_path=runs / run.policy,
+            reflection_model_name_or_path=runs / run.reflection if run.reflection else "none",
+            env_name=cfg.env_name,
+            env_kwargs=json.dumps(rl_env_kwargs),
+            max_steps=cfg.rl_steps,
+            per_device_train_batch_size=cfg.rl_batch_size,
+            num_generations=cfg.rl_num_generations,
+            num_iterations=cfg.rl_num_iterations,
+            learning_rate=cfg.rl_learning_rate,
+            advantage_estimator=cfg.rl_advantage_estimator,
+            gamma=cfg.rl_gamma,
+            beta=cfg.rl_beta,
+            reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
+            reflection_temperature=temperature,
+            curriculum=run.curriculum,
+            logging_steps=1,
+            log_episodes_every=max(1, cfg.rl_steps // 3),
+        )
+        if cfg.rl_tasks == "disjoint":  # start states the SFT data never saw (pipelines.demo.write_rl_tasks)
+            argv += flags(train_tasks_file=data / "rl_tasks.jsonl")
+        else:
+            argv += flags(num_train_tasks=max(cfg.n_train_tasks, 8), task_seed=cfg.seed)
+        if run.train_reflection:
+            argv += flags(
+                train_reflection=True,
+                train_policy=run.train_policy,
+                reflection_learning_rate=cfg.rl_reflection_learning_rate,
+            )
+        if cfg.rl_eval_steps > 0:  # the greedy validation curve of the run
+            argv += flags(
+                eval_strategy="steps",
+                eval_steps=cfg.rl_eval_steps,
+                eval_on_start="true",
+                eval_episodes_per_stage=cfg.rl_eval_episodes_per_stage,
+            )
+        if run.reflection and reflection_base_url:  # the served model is named by its path
+            argv += flags(reflection_backend="openai", reflection_base_url=reflection_base_url)
+        if not run.curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
+            from reflect_trl.envs import get_env_class
+
+            argv += flags(curriculum_stages=get_env_class(cfg.env_name).stages[-1])
+        needs = (run.policy,) + ((run.reflection,) if run.reflection else ())
+        add(name, "rl", argv + _train_args(cfg, runs / name), needs, runs / name)
+
+    # long chains first: the reflection SFT runs feed everything else
+    order = [r for r in wanted if r in SFT_RUNS and SFT_RUNS[r][1] == "reflection"]
+    order += [r for r in wanted if r in SFT_RUNS and SFT_RUNS[r][1] == "policy" and r != "sft_plain"]
+    order += [r for r in wanted if r in RL_RUNS and r != "rl_plain"]
+    order += [r for r in ("sft_plain", "rl_plain") if r in wanted]
+    for name in order:
+        (sft if name in SFT_RUNS else rl)(name)
+    return list(jobs.values())
+
+
+__all__ = [
+    "CONFIGURATIONS",
+    "PROTOCOLS",
+    "RL_RUNS",
+    "SFT_RUNS",
+    "Configuration",
+    "Protocol",
+    "RLRun",
+    "configurations_of",
+    "demo_jobs",
+    "flags",
+    "needed_runs",
+    "relabelled",
+    "sft_dataset",
+    "sft_learning_rate",
+]

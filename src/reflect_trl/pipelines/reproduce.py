@@ -1,0 +1,485 @@
+"""``make reproduce``: the demo pipeline for several seeds, pooled held-out evaluation and paired comparisons.
+
+Each seed runs the whole method (:func:`reflect_trl.pipelines.demo.run_demo`): the tiny models' initialisation, the generated
+data, SFT, RL sampling and the held-out evaluation tasks all change with the seed. The results of every seed are
+then pooled:
+
+* **rows** -- one per (configuration, stage, decoding): the pooled successes / episodes with a 95 % Wilson interval
+  (over distinct instances, see below), and the success rate of every seed;
+* **comparisons** -- for the pairs worth stating (Reflect-RL against every other row) and every stage, the difference
+  of the pooled success rates with a 95 % interval from a **paired bootstrap over problem instances, stratified by
+  seed**: within one seed every configuration plays the same tasks with the same episode seeds, so the per-task
+  outcomes of two configurations are paired; each bootstrap replicate resamples the distinct instances of every seed
+  (``TextEnv.instance_key``: held-out tasks can repeat an instance, e.g. DangerousTaxi's ``dropoff`` stage has 12 start
+  states) with replacement, each with all its episodes (the seeds themselves are kept), and recomputes the pooled
+  difference; the interval is the 2.5 / 97.5 percentiles. The rows' Wilson intervals likewise count distinct
+  instances, not episodes. The per-seed differences are listed too: an interval over instances says nothing about
+  another training seed, so a claim should also hold on every seed.
+
+Outputs under ``outputs/reproduce/<env>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
+(the configuration x stage table, the comparisons, per-seed spread, wall times, the machine), ``success_by_seed.png``
+(pooled bars with every seed's rate as a dot), ``learning_curves.png`` (every seed's RL curves) and, with
+``--rl_eval_steps``, ``eval_curves.png`` (every seed's greedy `validation` curves during RL), plus one
+``seed_<s>/`` directory per seed with the demo's own outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from reflect_trl.pipelines.statistics import compare, pool_rows, restrict_to_unseen, training_instances
+
+#: Pairs also compared across decodings: a under each decoding against b under b's best decoding (per stage).
+VERSUS_BEST: tuple[tuple[str, str], ...] = (
+    ("Reflect-RL", "Reflect SFT (before RL)"),
+    ("Reflect-RL, reflections sampled in RL", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both players learn", "Reflect SFT (before RL)"),
+)
+
+#: Pairs stated in ``comparisons``: (a, b) means "a minus b".
+COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("Reflect-RL", "Reflect SFT (before RL)"),
+    ("Reflect-RL", "SFT + RL w/o reflection"),
+    ("Reflect-RL", "SFT only"),
+    ("Reflect-RL", "Reflect-RL w/o negative examples"),
+    ("Reflect-RL", "Reflect-RL w/o curriculum"),
+    # design D1 (frozen player, reflections sampled in RL) and the players that learn
+    ("Reflect-RL, reflections sampled in RL", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both players learn", "Reflect-RL, reflections sampled in RL"),
+    ("Reflect-RL, only the reflection learns", "Reflect-RL, reflections sampled in RL"),
+    ("Reflect-RL, both players learn", "Reflect SFT (before RL)"),
+    # design D3: RL against as many more SFT steps on the same demonstrations
+    ("Reflect-RL", "Reflect SFT, continued"),
+    ("Reflect SFT, continued", "Reflect SFT (before RL)"),
+)
+
+
+# ------------------------------------------------------------------------------------------------- the command
+@dataclass
+class ReproduceConfig:
+    """What ``reflect-trl reproduce`` runs. ``demo_overrides`` are :class:`~reflect_trl.pipelines.demo.DemoConfig` fields
+    applied to every seed (``--rl_steps 120``); ``jobs``: worker processes of the pool shared by all seeds' jobs
+    (0: the demo's ``jobs``)."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    env_name: str = "taxi"
+    output_dir: str | None = None  # default outputs/reproduce/<env>
+    smoke: bool = False
+    bootstrap_resamples: int = 10_000
+    jobs: int = 0
+    rerun: bool = False  # False: a seed whose finished run has the same demo configuration is reused
+    demo_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def protocol(self) -> str:
+        return str(self.demo_overrides.get("protocol", "strict"))
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir or f"outputs/reproduce/{self.env_name}-{self.protocol}")
+
+    def demo_config(self, seed: int):
+        """The demo configuration of one seed (validated by :func:`reflect_trl.pipelines.demo.check_demo_config`)."""
+        from reflect_trl.pipelines.demo import DemoConfig
+        from reflect_trl.pipelines.protocols import DEFAULT_ENV_KWARGS
+
+        seed_dir = str(self.out / f"seed_{seed}")
+        base = DemoConfig.smoke(seed_dir) if self.smoke else DemoConfig(output_dir=seed_dir)
+        settings: dict[str, Any] = {
+            "seed": seed,
+            "env_name": self.env_name,
+            "env_kwargs": dict(DEFAULT_ENV_KWARGS.get(self.env_name, {})),
+        }
+        settings.update(self.demo_overrides)
+        return replace(base, **settings)
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+
+
+def finished_summary(cfg: Any) -> dict[str, Any] | None:
+    """The ``summary.json`` of a finished demo run in ``cfg.output_dir`` whose ``demo_config.json`` equals ``cfg``
+    (every field: seed, steps, data, evaluation); ``None`` when there is none, anything differs or the run predates
+    a field."""
+    seed_dir = Path(cfg.output_dir)
+    try:
+        recorded = json.loads((seed_dir / "demo_config.json").read_text())
+        summary = json.loads((seed_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    current = json.loads(json.dumps(asdict(cfg)))
+    # a field added since the run is a difference: its default need not be what the run did then
+    if {k: recorded.get(k) for k in current} != current or "results" not in summary:
+        return None
+    return summary
+
+
+def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
+    """Run every seed's demo (:func:`_run_demos`); a seed already finished with the same configuration is reused
+    unless ``config.rerun``."""
+    reused: dict[int, dict[str, Any]] = {}
+    if not config.rerun:
+        for seed, cfg in demo_configs.items():
+            if (summary := finished_summary(cfg)) is not None:
+                reused[seed] = {**summary, "reused": True}
+                print(
+                    f"[reproduce] seed {seed}: reusing the finished run in {cfg.output_dir} (--rerun to redo it)"
+                )
+    fresh = _run_demos(config, {seed: cfg for seed, cfg in demo_configs.items() if seed not in reused})
+    return {seed: reused[seed] if seed in reused else fresh[seed] for seed in demo_configs}
+
+
+def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
+    """Every seed's demo in one shared pool of ``config.jobs`` worker processes (:func:`reflect_trl.pipelines.jobs.run_jobs`):
+    models and data are built here, then all seeds' SFT / relabel / RL jobs and each seed's evaluation
+    (``reflect-trl demo --evaluate_only``) go into one job graph, seed by seed in list order, so a seed's last
+    long job overlaps the next seed's first ones instead of leaving a core idle. Logs: ``seed_<s>/logs/``. With
+    ``reflection_backend: openai`` (the demo starts its own server) the seeds run one after the other, one
+    ``reflect-trl demo`` process each. Returns each seed's ``summary.json``."""
+    from reflect_trl.pipelines.demo import JOB_TIMINGS, demo_jobs, job_label, prepare_demo
+    from reflect_trl.pipelines.demo import _Progress as Progress
+    from reflect_trl.pipelines.jobs import Job, run_jobs
+
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[reproduce {(time.perf_counter() - start) / 60:5.1f} min] {message}", flush=True)
+
+    jobs: list[Job] = []
+    seed_of: dict[str, int] = {}
+    recorded: dict[int, dict[str, Any]] = {}
+    for seed, cfg in demo_configs.items():
+        seed_dir = Path(cfg.output_dir)
+        seed_dir.mkdir(parents=True, exist_ok=True)
+        request = seed_dir / "demo_request.json"
+        request.write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+        if cfg.reflection_backend == "openai":
+            jobs.append(Job(f"seed {seed}", "demo", ["--config", str(request)], log=seed_dir / "demo.log"))
+            seed_of[jobs[-1].name] = seed
+            continue
+        progress = Progress()
+        (seed_dir / JOB_TIMINGS).unlink(missing_ok=True)
+        base, data = prepare_demo(cfg, progress)
+        recorded[seed] = {"timings_seconds": dict(progress.timings)}
+        seed_jobs = demo_jobs(cfg, base, data, seed_dir / "runs")
+        named = {job.name: f"seed {seed} {job_label(job)} {job.name}" for job in seed_jobs}
+        for job in seed_jobs:
+            needs = tuple(named[n] for n in job.needs)
+            jobs.append(
+                replace(job, name=named[job.name], needs=needs, log=seed_dir / "logs" / f"{job.name}.log")
+            )
+        evaluation = f"seed {seed} evaluation"
+        log = seed_dir / "logs" / "evaluation.log"
+        argv = ["--config", str(request), "--evaluate_only"]
+        jobs.append(Job(evaluation, "demo", argv, tuple(named.values()), log=log))
+        seed_of.update(dict.fromkeys([*named.values(), evaluation], seed))
+
+    log_of = {job.name: job.log for job in jobs}
+
+    def report(name: str, event: str, seconds: float) -> None:
+        seed = seed_of[name]
+        if event == "reused":
+            say(f"{name} reused (finished before with the same command line; --rerun to redo it)")
+            return
+        if event == "start":
+            if seed in recorded:  # a seed's wall time runs from its first job (it may overlap other seeds')
+                recorded[seed].setdefault("start_time", time.time())
+            say(f"{name} started (log {log_of[name]})")
+            return
+        say(f"{name} done after {seconds / 60:.1f} min")
+        if seed in recorded and not name.endswith(" evaluation"):
+            step = name.removeprefix(f"seed {seed} ")
+            recorded[seed]["timings_seconds"][step] = seconds
+            # the seed's evaluation job reads these when it writes the seed's summary
+            path = Path(demo_configs[seed].output_dir) / JOB_TIMINGS
+            path.write_text(json.dumps(recorded[seed], indent=2) + "\n")
+
+    workers = config.jobs or max(cfg.jobs for cfg in demo_configs.values())
+    if any(cfg.reflection_backend == "openai" for cfg in demo_configs.values()):
+        workers = 1  # each seed's demo runs its own server and its own pool
+    run_jobs(jobs, workers=workers, report=report, reuse=not config.rerun)
+    return {
+        seed: json.loads((Path(cfg.output_dir) / "summary.json").read_text())
+        for seed, cfg in demo_configs.items()
+    }
+
+
+def with_instances(results: Sequence[Mapping[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+    """The results of one seed, each with the problem instance of every episode (``instances``): a run evaluated
+    before the evaluation recorded them gets them from its demo configuration (the held-out tasks are a function of
+    it)."""
+    from reflect_trl.evaluation import eval_tasks, instance_keys
+    from reflect_trl.pipelines.demo import demo_eval_settings
+
+    settings = demo_eval_settings(cfg)
+    out = []
+    for r in results:
+        r = dict(r)
+        if not r.get("instances"):
+            tasks, _ = eval_tasks(settings, r["stage"])
+            if len(tasks) != len(r["outcomes"]):
+                raise ValueError(
+                    f"{cfg.output_dir}: {r['configuration']} / {r['stage']} has {len(r['outcomes'])} outcomes but its "
+                    f"configuration gives {len(tasks)} held-out tasks"
+                )
+            r["instances"] = instance_keys(settings, tasks)
+        out.append(r)
+    return out
+
+
+def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
+    from reflect_trl.pipelines.demo import check_demo_config
+
+    demo_configs = {seed: config.demo_config(seed) for seed in config.seeds}
+    for cfg in demo_configs.values():
+        check_demo_config(cfg)  # every seed's settings are checked before anything is written
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    per_seed_summary = _run_seeds(config, demo_configs)
+    per_seed_results = {
+        seed: with_instances(s["results"], demo_configs[seed]) for seed, s in per_seed_summary.items()
+    }
+    decodings = list(dict.fromkeys(r["decoding"] for rs in per_seed_results.values() for r in rs))
+    first = demo_configs[config.seeds[0]]
+    training = {seed: training_instances(c) for seed, c in demo_configs.items()}
+    held_out = "all test episodes"
+    if first.rl_tasks == "disjoint":  # design D3: compare on the instances neither SFT nor RL trained on
+        per_seed_results = restrict_to_unseen(per_seed_results, training)
+        held_out = "test episodes whose instance no training task of the seed posed (SFT or RL)"
+    summary = {
+        "protocol": first.protocol,
+        "env_name": config.env_name,
+        "seeds": list(config.seeds),
+        "held_out": held_out,
+        "rows": pool_rows(per_seed_results, training, min(config.bootstrap_resamples, 2_000)),
+        "comparisons": compare(
+            per_seed_results, COMPARISONS, decodings, config.bootstrap_resamples, VERSUS_BEST
+        ),
+        "per_seed": {
+            str(seed): {
+                "total_seconds": s["total_seconds"],
+                "reused": bool(s.get("reused")),  # finished by an earlier call with the same configuration
+                "timings_seconds": s["timings_seconds"],
+                "sft_metrics": s.get("sft_metrics", {}),
+            }
+            for seed, s in per_seed_summary.items()
+        },
+        "demo_config": {k: v for k, v in asdict(first).items() if k not in ("output_dir", "seed")},
+        "jobs": config.jobs or first.jobs,
+        "total_seconds": time.perf_counter() - start,
+        "machine": _machine(),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plots = write_plots(summary, out)
+    (out / "results.md").write_text(results_markdown(summary, plots))
+    print(f"\n[reproduce] {len(config.seeds)} seeds in {summary['total_seconds'] / 60:.1f} min -> {out}")
+    print(results_table(summary["rows"], decodings[0]))
+    return summary
+
+
+def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
+    from reflect_trl.pipelines.plotting import (
+        load_log_history,
+        plot_eval_curves_if_logged,
+        plot_learning_curves,
+        plot_seed_bars,
+    )
+
+    plots = []
+    for decoding in dict.fromkeys(r["decoding"] for r in summary["rows"]):
+        plots.append(
+            plot_seed_bars(
+                summary["rows"], summary["seeds"], out / f"success_by_seed_{decoding}.png", decoding
+            )
+        )
+    curves = {}
+    for seed in summary["seeds"]:
+        for run in ("rl_reflect", "rl_plain"):
+            run_dir = out / f"seed_{seed}" / "runs" / run
+            if (run_dir / "log_history.json").is_file():
+                curves[f"{run} seed {seed}"] = load_log_history(run_dir)
+    if curves:
+        plots.append(plot_learning_curves(curves, out / "learning_curves.png"))
+    # rl_eval_steps > 0: the greedy validation curves of every seed's RL runs, coloured as in learning_curves.png
+    plots += plot_eval_curves_if_logged(curves, out / "eval_curves.png")
+    return plots
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _stage_grid(chosen: Sequence[Mapping[str, Any]], cell: Callable[[Mapping[str, Any]], str]) -> str:
+    """Markdown: one line per configuration, one column per stage, ``cell(row)`` in each ("" where no row)."""
+    stages = list(dict.fromkeys(r["stage"] for r in chosen))
+    by_key = {(r["configuration"], r["stage"]): r for r in chosen}
+    lines = ["| configuration | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
+    for conf in dict.fromkeys(r["configuration"] for r in chosen):
+        cells = [cell(by_key[conf, stage]) if (conf, stage) in by_key else "" for stage in stages]
+        lines.append(f"| {conf} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: configurations x stages, pooled success [95 % Wilson] and the per-seed rates."""
+
+    def cell(r: Mapping[str, Any]) -> str:
+        seeds = " / ".join(f"{100 * p:.0f}" for p in r["per_seed"])
+        return f"{_pct(r['success_rate'])} % [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({seeds})"
+
+    return _stage_grid([r for r in rows if r["decoding"] == decoding], cell)
+
+
+def exposure_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: configurations x stages, success on held-out instances seen in training / unseen ("" without)."""
+    chosen = [r for r in rows if r["decoding"] == decoding and "seen" in r]
+    if not chosen:
+        return ""
+
+    def part(p: Mapping[str, Any]) -> str:
+        return f"{_pct(p['success_rate'])} % ({p['instances']})" if p["success_rate"] is not None else "– (0)"
+
+    return _stage_grid(chosen, lambda r: f"{part(r['seen'])} / {part(r['unseen'])}")
+
+
+def comparisons_table(comparisons: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: the comparisons of ``decoding`` (b under another decoding named where it differs)."""
+    lines = ["| a − b | stage | difference [95 % CI] | per seed | seeds agree |", "|---|---|---|---|---|"]
+    for c in comparisons:
+        if c["decoding"] != decoding:
+            continue
+        per_seed = " / ".join(f"{100 * d:+.0f}" for d in c["per_seed_diff"])
+        b = c["b"] if c.get("decoding_b", decoding) == decoding else f"{c['b']} ({c['decoding_b']}, its best)"
+        lines.append(
+            f"| {c['a']} − {b} | {c['stage']} | {100 * c['diff']:+.1f} pts "
+            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {per_seed} | "
+            f"{'yes' if c.get('seeds_agree', True) else 'no'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def diagnostics_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: the pooled reflection diagnostics of the configurations with a reflection (``""`` without)."""
+    chosen = [r for r in rows if r["decoding"] == decoding and r.get("diagnostics", {}).get("known")]
+    if not chosen:
+        return ""
+
+    def rate(d: Mapping[str, Any], num: str, den: str) -> str:
+        return f"{100 * d[num] / d[den]:.1f}" if d.get(den) else "–"
+
+    lines = [
+        "| configuration | stage | reflection names an optimal move | follows the reflection | deviates from a wrong "
+        "one | deviates from a right one | crashes on a wrongly named move |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in chosen:
+        d = r["diagnostics"]
+        lines.append(
+            f"| {r['configuration']} | {r['stage']} | {rate(d, 'named_right', 'known')} % | "
+            f"{rate(d, 'followed', 'named')} % | {rate(d, 'deviated_from_wrong', 'named_wrong')} % | "
+            f"{rate(d, 'deviated_from_right', 'named_right')} % | {d['crashes_on_named_wrong']} of {d['crashes']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> str:
+    seeds = summary["seeds"]
+    rows = summary["rows"]
+    episodes = {r["episodes"] for r in rows}
+    parts = [
+        f"# reflect-trl reproduce: {summary['env_name']}, protocol `{summary.get('protocol', 'strict')}`, seeds "
+        f"{', '.join(map(str, seeds))}\n",
+        f"Held-out `test` episodes pooled over {len(seeds)} seeds ({', '.join(map(str, sorted(episodes)))} per "
+        f"cell; {summary.get('held_out', 'all test episodes')}); success rate with a 95 % interval from a two-level "
+        "bootstrap (the training seeds, then the distinct problem instances within each seed), then each seed's "
+        "rate in parentheses.\n",
+    ]
+    stage_instances = {r["stage"]: (r.get("instances", r["episodes"]), r["episodes"]) for r in rows}
+    repeated = [f"`{stage}` {n} of {m}" for stage, (n, m) in stage_instances.items() if n < m]
+    if repeated:
+        parts.append(
+            f"Distinct instances (summed over seeds) of the episodes per cell: {', '.join(repeated)}.\n"
+        )
+    for decoding in dict.fromkeys(r["decoding"] for r in rows):
+        parts += [f"## {decoding} decoding\n", results_table(rows, decoding)]
+        parts += [
+            "Differences of pooled success rates, 95 % paired two-level bootstrap (seeds, then instances within "
+            "each seed); 'seeds agree' is no when the per-seed differences change sign:\n",
+            comparisons_table(summary["comparisons"], decoding),
+        ]
+        diagnostics = diagnostics_table(rows, decoding)
+        if diagnostics:
+            parts += [
+                "Reflection diagnostics over all turns (pooled counts): how often the reflection names an optimal "
+                "move (closed loop), how often the policy follows it, deviates from a wrong / a right one, and the "
+                "crashes on a wrongly named move that the policy followed:\n",
+                diagnostics,
+            ]
+        exposure = exposure_table(rows, decoding)
+        if exposure:
+            parts += [
+                "Held-out episodes whose problem instance was also a training task of the seed (seen) / the others "
+                "(unseen): success rate (distinct instances, summed over seeds). The splits hold out task seeds; an "
+                "environment with few instances repeats training instances in `test`.\n",
+                exposure,
+            ]
+    step_names = _step_names(summary)
+    timing_lines = ["| seed | wall time | " + " | ".join(n.split(":")[0] for n in step_names) + " |"]
+    timing_lines.append("|---|---|" + "---|" * len(step_names))
+    for seed in seeds:
+        info = summary["per_seed"][str(seed)]
+        seconds = [info["timings_seconds"].get(n) for n in step_names]
+        steps = " | ".join("–" if v is None else f"{v:.0f} s" for v in seconds)
+        reused = " (reused)" if info.get("reused") else ""
+        timing_lines.append(f"| {seed} | {info['total_seconds'] / 60:.1f} min{reused} | {steps} |")
+    machine = summary["machine"]
+    reused_seeds = [seed for seed in seeds if summary["per_seed"][str(seed)].get("reused")]
+    seed_minutes = sum(summary["per_seed"][str(seed)]["total_seconds"] for seed in seeds) / 60
+    parts += [
+        "## Wall time\n",
+        "\n".join(timing_lines) + "\n",
+        f"Job wall times; a seed's wall time runs from its first step to its evaluation, and the seeds' spans "
+        f"overlap in the pool of {summary.get('jobs', 1)} worker processes that all seeds' jobs share "
+        f"({seed_minutes:.1f} min summed). This call: {summary['total_seconds'] / 60:.1f} min"
+        + (f" (seeds {', '.join(map(str, reused_seeds))} reused from earlier calls)" if reused_seeds else "")
+        + f", on {machine['cpu_count']} CPU cores ({machine['processor']}, "
+        f"{machine['platform']}), Python {machine['python']}, torch {machine['torch']}"
+        f" ({machine['torch_threads']} threads){', CUDA' if machine['cuda'] else ''}.\n",
+    ]
+    if plots:
+        parts.append("Plots: " + ", ".join(f"`{Path(p).name}`" for p in plots) + "\n")
+    return "\n".join(parts)
+
+
+def _step_names(summary: Mapping[str, Any]) -> list[str]:
+    """Every seed's timed steps, in the first seed's order (seeds finish their jobs in different orders)."""
+    names: dict[str, None] = {}
+    for seed in summary["seeds"]:
+        names.update(dict.fromkeys(summary["per_seed"][str(seed)]["timings_seconds"]))
+    return list(names)
+
+
+__all__ = [
+    "COMPARISONS",
+    "ReproduceConfig",
+    "run_reproduce",
+]

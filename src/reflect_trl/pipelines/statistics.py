@@ -1,0 +1,300 @@
+"""The statistics of ``reflect-trl reproduce``: pooling several training seeds' held-out results, intervals that include
+the seed-to-seed variance (a two-level bootstrap: the seeds, then the problem instances within each seed), paired
+comparisons of configurations (also at the other one's best decoding), and the training instances of a seed (to split
+held-out episodes into seen / unseen)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+# ------------------------------------------------------------------------------------------------- statistics
+def _outcomes_by_exposure(
+    cells: Sequence[Mapping[str, Any]], seen: Sequence[set[str] | None]
+) -> dict[str, dict[str, Any]] | None:
+    """The outcomes of one row's cells (one per seed) split by whether the episode's instance was also among that
+    seed's training tasks (``seen[i]``: the training instance keys of cell i's seed and stage)."""
+    if any(s is None or not c.get("instances") for c, s in zip(cells, seen, strict=True)):
+        return None
+    out = {}
+    for part, wanted in (("seen", True), ("unseen", False)):
+        successes = episodes = instances = 0
+        for cell, keys in zip(cells, seen, strict=True):
+            chosen = [
+                (k, o)
+                for k, o in zip(cell["instances"], cell["outcomes"], strict=True)
+                if (k in keys) == wanted
+            ]
+            successes += sum(bool(o) for _, o in chosen)
+            episodes += len(chosen)
+            instances += len({k for k, _ in chosen})
+        out[part] = {
+            "successes": successes,
+            "episodes": episodes,
+            "instances": instances,
+            "success_rate": successes / episodes if episodes else None,
+        }
+    return out
+
+
+def pool_rows(
+    per_seed: Mapping[int, Sequence[Mapping[str, Any]]],
+    training: Mapping[int, Mapping[str, set[str]]] | None = None,
+    resamples: int = 2_000,
+) -> list[dict[str, Any]]:
+    """Pool the evaluation results of several seeds: one row per (configuration, stage, decoding), with the pooled
+    success rate's 95 % interval over seeds and instances (:func:`hierarchical_bootstrap`) and the pooled reflection
+    diagnostics (counts summed over seeds).
+
+    With ``training`` (seed -> stage -> instance keys of that seed's training tasks), each row also gets ``seen`` /
+    ``unseen``: its held-out episodes whose problem instance was / was not among the training tasks (an environment
+    with few instances, like DangerousTaxi, repeats training instances in its held-out split)."""
+    seeds = sorted(per_seed)
+    keys: dict[tuple[str, str, str], None] = {}
+    for seed in seeds:
+        for r in per_seed[seed]:
+            keys[(r["configuration"], r["stage"], r["decoding"])] = None
+    rows = []
+    for configuration, stage, decoding in keys:
+        cells = []
+        for seed in seeds:
+            match = [
+                r
+                for r in per_seed[seed]
+                if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding)
+            ]
+            if len(match) != 1:
+                raise ValueError(
+                    f"seed {seed}: expected one result for {configuration!r} / {stage} / {decoding}, got {len(match)}"
+                )
+            cells.append(match[0])
+        successes = sum(int(c["successes"]) for c in cells)
+        episodes = sum(int(c["episodes"]) for c in cells)
+        # distinct instances per seed (one instance under two seeds' models is two observations)
+        instances = sum(len(set(c.get("instances") or [])) or int(c["episodes"]) for c in cells)
+        rate = successes / episodes if episodes else 0.0
+        _, low, high = hierarchical_bootstrap(
+            [list(c["outcomes"]) for c in cells],
+            [list(c.get("instances") or range(len(c["outcomes"]))) for c in cells],
+            resamples,
+            seed=len(rows),
+        )
+        rows.append(
+            {
+                "configuration": configuration,
+                "stage": stage,
+                "decoding": decoding,
+                "successes": successes,
+                "episodes": episodes,
+                "instances": instances,
+                "success_rate": rate,
+                "ci_low": low,
+                "ci_high": high,
+                "per_seed": [c["success_rate"] for c in cells],
+                "per_seed_successes": [int(c["successes"]) for c in cells],
+                "per_seed_episodes": [int(c["episodes"]) for c in cells],
+                "diagnostics": _sum_counts([c.get("diagnostics") or {} for c in cells]),
+            }
+        )
+        if training is not None:
+            exposure = _outcomes_by_exposure(cells, [training.get(seed, {}).get(stage) for seed in seeds])
+            if exposure is not None:
+                rows[-1].update(exposure)
+    return rows
+
+
+def _sum_counts(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts (nested dicts of counts too) added up."""
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, Mapping):
+                total[key] = _sum_counts([total.get(key, {}), value])
+            else:
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def training_instances(cfg: Any) -> dict[str, set[str]]:
+    """Stage -> instance keys of the training tasks of a demo run (its SFT data and its RL tasks)."""
+    from reflect_trl.envs import make_env
+    from reflect_trl.pipelines.demo import rl_task_list
+
+    env = make_env(cfg.env_name, **dict(cfg.env_kwargs))
+    keys: dict[str, set[str]] = {}
+    for stage in env.stages:
+        sft = env.make_tasks("train", cfg.n_train_tasks, seed=cfg.seed, difficulty=stage)
+        keys[stage] = {env.instance_key(t) for t in sft}
+    for task in rl_task_list(cfg):
+        keys.setdefault(task.difficulty, set()).add(env.instance_key(task))
+    return keys
+
+
+def _clusters(outcomes: Sequence[int], keys: Sequence[Any]) -> list[tuple[int, int]]:
+    """(sum of outcomes, number of episodes) per distinct instance of one seed."""
+    clusters: dict[Any, list[int]] = {}
+    for key, x in zip(keys, outcomes, strict=True):
+        cell = clusters.setdefault(key, [0, 0])
+        cell[0] += x
+        cell[1] += 1
+    return [(a, n) for a, n in clusters.values()]
+
+
+def hierarchical_bootstrap(
+    values: Sequence[Sequence[int | float]],
+    instances: Sequence[Sequence[Any]] | None = None,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Pooled mean of ``values[s][i]`` (episode i of training seed s) and its 95 % percentile interval from a
+    two-level bootstrap that includes the seed-to-seed variance: each replicate draws the training seeds with
+    replacement, then, within every drawn seed, its distinct problem instances (``instances[s][i]``; None: every
+    episode its own) with replacement, each with all its episodes, and recomputes the pooled mean. With one seed it
+    reduces to the bootstrap over instances."""
+    if not values:
+        raise ValueError("no seeds to pool")
+    per_seed = []
+    for s, vals in enumerate(values):
+        keys = list(instances[s]) if instances is not None else list(range(len(vals)))
+        if len(keys) != len(vals):
+            raise ValueError(f"seed index {s}: {len(keys)} instance keys for {len(vals)} outcomes")
+        per_seed.append(_clusters(vals, keys))
+    total = sum(n for c in per_seed for _, n in c)
+    if total == 0:
+        raise ValueError("no outcomes to pool")
+    point = sum(a for c in per_seed for a, _ in c) / total
+    rng = random.Random(seed)
+    replicates = []
+    for _ in range(resamples):
+        acc = size = 0
+        for _ in range(len(per_seed)):
+            clusters = per_seed[rng.randrange(len(per_seed))]
+            for _ in range(len(clusters)):
+                a, n = clusters[rng.randrange(len(clusters))]
+                acc += a
+                size += n
+        replicates.append(acc / size if size else 0.0)
+    replicates.sort()
+    return point, replicates[int(0.025 * (resamples - 1))], replicates[int(round(0.975 * (resamples - 1)))]
+
+
+def paired_bootstrap_difference(
+    outcomes_a: Sequence[Sequence[int]],
+    outcomes_b: Sequence[Sequence[int]],
+    resamples: int = 10_000,
+    seed: int = 0,
+    instances: Sequence[Sequence[str]] | None = None,
+) -> tuple[float, float, float]:
+    """Pooled success-rate difference a - b and its 95 % interval from :func:`hierarchical_bootstrap` of the paired
+    per-episode differences: ``outcomes_x[s][i]`` is 1 if configuration x succeeded on task i of training seed s
+    (both played the same tasks); seeds and, within them, instances (``instances[s][i]``) are resampled with the
+    pairs kept together."""
+    if len(outcomes_a) != len(outcomes_b):
+        raise ValueError("outcomes_a and outcomes_b must have one list per seed")
+    diffs = []
+    for s, (a, b) in enumerate(zip(outcomes_a, outcomes_b, strict=True)):
+        if len(a) != len(b):
+            raise ValueError(
+                f"seed index {s}: {len(a)} vs {len(b)} outcomes; the configurations must share tasks"
+            )
+        diffs.append([x - y for x, y in zip(a, b, strict=True)])
+    return hierarchical_bootstrap(diffs, instances, resamples, seed)
+
+
+def compare(
+    per_seed: Mapping[int, Sequence[Mapping[str, Any]]],
+    pairs: Sequence[tuple[str, str]],
+    decodings: Sequence[str] = ("greedy",),
+    resamples: int = 10_000,
+    versus_best: Sequence[tuple[str, str]] = (),
+) -> list[dict[str, Any]]:
+    """The ``comparisons`` of ``summary.json`` (see the module docstring): every pair (a, b) under every decoding
+    (both players decode alike), and for the pairs of ``versus_best`` also a under each decoding against b under b's
+    best decoding of that stage (so that sharpening by RL is never sold as learning: RL against its SFT start at the
+    start's best). Pairs whose rows are missing are skipped."""
+    seeds = sorted(per_seed)
+
+    def row(seed: int, configuration: str, stage: str, decoding: str) -> Mapping[str, Any] | None:
+        for r in per_seed[seed]:
+            if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding):
+                return r
+        return None
+
+    def instances(r: Mapping[str, Any]) -> list:
+        return list(r.get("instances") or range(len(r["outcomes"])))
+
+    def pooled(configuration: str, stage: str, decoding: str) -> float:
+        cells = [row(s, configuration, stage, decoding) for s in seeds]
+        if any(c is None for c in cells):
+            return -1.0
+        return sum(sum(c["outcomes"]) for c in cells) / max(sum(len(c["outcomes"]) for c in cells), 1)
+
+    stages = list(dict.fromkeys(r["stage"] for seed in seeds for r in per_seed[seed]))
+    plan = [(a, d, b, d) for d in decodings for a, b in pairs]
+    for a, b in versus_best:
+        for d in decodings:
+            plan.append((a, d, b, "best"))
+    out = []
+    for a, decoding_a, b, decoding_b in plan:
+        for stage in stages:
+            if decoding_b == "best":
+                best = max(decodings, key=lambda d, b=b, stage=stage: pooled(b, stage, d))
+                if best == decoding_a:
+                    continue  # the same-decoding comparison says it already
+                chosen_b = best
+            else:
+                chosen_b = decoding_b
+            ra = [row(s, a, stage, decoding_a) for s in seeds]
+            rb = [row(s, b, stage, chosen_b) for s in seeds]
+            if any(r is None for r in ra + rb):
+                continue
+            oa, ob = [list(r["outcomes"]) for r in ra], [list(r["outcomes"]) for r in rb]
+            keys = [instances(r) for r in ra]
+            if keys != [instances(r) for r in rb]:
+                raise ValueError(f"{a!r} and {b!r} did not play the same instances of stage {stage!r}")
+            diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=len(out), instances=keys)
+            per_seed_diff = [(sum(x) - sum(y)) / max(len(x), 1) for x, y in zip(oa, ob, strict=True)]
+            out.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "stage": stage,
+                    "decoding": decoding_a,
+                    "decoding_b": chosen_b,
+                    "diff": diff,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "per_seed_diff": per_seed_diff,
+                    "seeds_agree": len({d > 0 for d in per_seed_diff if d != 0}) <= 1,
+                    "method": f"paired two-level bootstrap: seeds, then problem instances within each seed "
+                    f"({resamples} resamples)",
+                }
+            )
+    return out
+
+
+def restrict_to_unseen(
+    per_seed: Mapping[int, Sequence[Mapping[str, Any]]], training: Mapping[int, Mapping[str, set[str]]]
+) -> dict[int, list[dict[str, Any]]]:
+    """Every seed's results restricted to the held-out episodes whose problem instance was not among that seed's
+    training tasks (``training[seed][stage]``: instance keys), counts recomputed."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for seed, results in per_seed.items():
+        out[seed] = []
+        for r in results:
+            seen = training.get(seed, {}).get(r["stage"], set())
+            keep = [k not in seen for k in r["instances"]]
+            outcomes = [o for o, ok in zip(r["outcomes"], keep, strict=True) if ok]
+            out[seed].append(
+                {
+                    **r,
+                    "outcomes": outcomes,
+                    "instances": [k for k, ok in zip(r["instances"], keep, strict=True) if ok],
+                    "episodes": len(outcomes),
+                    "successes": sum(outcomes),
+                    "success_rate": sum(outcomes) / len(outcomes) if outcomes else 0.0,
+                }
+            )
+    return out

@@ -1,0 +1,206 @@
+"""What ``ReflectPPOTrainer`` logs: episode outcomes and curriculum per rollout, the loss terms' means over the real
+turns of all processes, the memos' hit rates, and sample episodes (JSONL, and a wandb table)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+
+from reflect_trl import rl_math
+from reflect_trl.action_head import OptionForward
+from reflect_trl.reflection.cache import CachedReflectionPlayer
+from reflect_trl.rollout import Episode, episode_metrics
+
+logger = logging.getLogger(__name__)
+
+NO_SIGNAL_PATIENCE = 3  # consecutive rollouts (or logged optimizer steps) without signal before the warning
+
+
+@dataclass
+class NoSignalMonitor:
+    """Warns once per curriculum stage when RL has had no learning signal for ``patience`` rollouts in a row (every
+    task group's episodes got the same return, or every turn a zero advantage) or ``patience`` logged steps with a
+    zero gradient norm."""
+
+    patience: int = NO_SIGNAL_PATIENCE
+    streaks: dict[str, int] = field(default_factory=lambda: {"rollout": 0, "grad_norm": 0})
+    warned_stages: set[str] = field(default_factory=set)
+    stage: str | None = None
+
+    def update(self, stage: str, kind: str, no_signal: bool) -> str | None:
+        """Record one observation of ``kind`` ("rollout" or "grad_norm"); the warning text when it is due. A new
+        stage starts new streaks."""
+        if stage != self.stage:
+            self.stage, self.streaks = stage, {k: 0 for k in self.streaks}
+        self.streaks[kind] = self.streaks[kind] + 1 if no_signal else 0
+        if self.streaks[kind] < self.patience or stage in self.warned_stages:
+            return None
+        self.warned_stages.add(stage)
+        what = (
+            "every task group's episodes got the same return (or every turn a zero advantage)"
+            if kind == "rollout"
+            else "the gradient norm was 0"
+        )
+        return (
+            f"RL has no learning signal in curriculum stage {stage!r}: {what} for {self.streaks[kind]} "
+            f"{'rollouts' if kind == 'rollout' else 'logged steps'} in a row. Levers: sample reflections "
+            "(reflection_temperature > 0), explore more (temperature), more episodes per task (num_generations), "
+            "or an easier stage."
+        )
+
+
+def signal_shares(
+    returns: list[float], groups: list[int], advantages: list[float]
+) -> tuple[float, float, float]:
+    """(groups with identical returns, groups with more than one episode, turns with a zero advantage): the counts
+    behind ``signal/identical_return_group_share`` and ``signal/zero_advantage_turn_share``."""
+    by_group: dict[int, list[float]] = {}
+    for g, r in zip(groups, returns, strict=True):
+        by_group.setdefault(g, []).append(r)
+    compared = [rs for rs in by_group.values() if len(rs) > 1]
+    identical = sum(max(rs) - min(rs) <= 1e-8 for rs in compared)
+    zero = sum(abs(a) <= 1e-8 for a in advantages)
+    return float(identical), float(len(compared)), float(zero)
+
+
+class RolloutLoggingMixin:
+    """Metrics of ``ReflectPPOTrainer`` (a mixin of its hooks): rollouts, loss terms, memos, episode tables."""
+
+    # --------------------------------------------------------------------------------------------- logging
+    def _log_loss_metrics(
+        self, inputs: dict[str, Any], scores: OptionForward, terms: rl_math.TurnLosses, values
+    ) -> None:
+        """Means over the real turns of the micro-batch on all processes (one collective)."""
+        mask, value_mask = inputs["turn_mask"], inputs["value_mask"] * inputs["turn_mask"]
+        logp = scores.log_probs.gather(-1, inputs["option"][:, None]).squeeze(-1)
+        columns = {
+            "policy_loss": (terms.policy, mask),
+            "entropy": (terms.entropy, mask),
+            "approx_kl": (rl_math.approx_kl(logp, inputs["old_logps"]), mask),
+            "clip_fraction": (terms.clipped, mask),
+            "ratio_mean": (terms.ratio, mask),
+        }
+        if terms.kl is not None:
+            columns["kl"] = (terms.kl, mask)
+        if terms.value is not None:
+            columns["value_loss"] = (terms.value, value_mask)
+            columns["value_clipfrac"] = (terms.value_clipped, value_mask)
+        self._log_means(columns)
+        metrics = self._metrics["train"]
+        if values is not None:
+            # explained variance over the value turns of all processes, from global sums (ranks hold different counts)
+            r, d = inputs["returns"], inputs["returns"] - values.detach()
+            moments = torch.stack(
+                [value_mask.sum(), (r * value_mask).sum(), (r * r * value_mask).sum()]
+                + [(d * value_mask).sum(), (d * d * value_mask).sum()]
+            )
+            n, r1, r2, d1, d2 = self.accelerator.reduce(moments, reduction="sum").tolist()
+            metrics["explained_variance"].append(rl_math.explained_variance_from_moments(n, r1, r2, d1, d2))
+        if scores.aux_loss is not None:
+            metrics["aux_loss"].append(self.accelerator.gather(scores.aux_loss.detach()).mean().item())
+        metrics["curriculum/stage"].append(float(inputs["stage_index"]))
+
+    def _log_means(self, columns: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Log each column's mean over its mask's rows on all processes (one collective)."""
+        sums = torch.stack(
+            [torch.stack([(v.detach().float() * m).sum(), m.sum()]) for v, m in columns.values()]
+        )
+        sums = self.accelerator.reduce(sums, reduction="sum")
+        for name, (total, count) in zip(columns, sums.tolist(), strict=True):
+            if count > 0:
+                self._metrics["train"][name].append(total / count)
+
+    def _log_signal(self, stage: str, episodes: list[Episode], advantages: list[float]) -> None:
+        """Log how much of the rollout carries a learning signal (over all processes); warn when none does."""
+        identical, compared, zero = signal_shares(
+            [ep.total_return for ep in episodes], [ep.group for ep in episodes], advantages
+        )
+        counts = torch.tensor(
+            [identical, compared, zero, float(len(advantages))], device=self.accelerator.device
+        )
+        identical, compared, zero, turns = self.accelerator.reduce(counts, reduction="sum").tolist()
+        metrics = self._metrics["train"]
+        if compared > 0:
+            metrics["signal/identical_return_group_share"].append(identical / compared)
+        if turns > 0:
+            metrics["signal/zero_advantage_turn_share"].append(zero / turns)
+        no_signal = (compared > 0 and identical == compared) or (turns > 0 and zero == turns)
+        self._warn_no_signal(stage, "rollout", no_signal)
+
+    def _warn_no_signal(self, stage: str, kind: str, no_signal: bool) -> None:
+        message = self._no_signal.update(stage, kind, no_signal)
+        if message is not None and self.accelerator.is_main_process:
+            logger.warning(message)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's logging, watching the gradient norm for the no-signal warning."""
+        if "grad_norm" in logs and self.args.train_policy:
+            self._warn_no_signal(self.curriculum.stage, "grad_norm", float(logs["grad_norm"]) == 0.0)
+        super().log(logs, start_time)
+
+    def _memo_hit_rate(self, name: str, memo) -> float:
+        """The share of this rollout's look-ups of ``memo`` that it answered."""
+        hits, lookups = self._memo_counts[name]
+        self._memo_counts[name] = (memo.hits, memo.lookups)
+        return (memo.hits - hits) / max(memo.lookups - lookups, 1)
+
+    def _log_rollout(self, stage: str, episodes: list[Episode], seconds: float, n_samples: int) -> None:
+        """Gather episode outcomes from all processes, log metrics, update the success-schedule curriculum."""
+        everything = gather_object([(ep.success, ep.total_return, ep.length, ep.crashed) for ep in episodes])
+        metrics = self._metrics["train"]
+        n = max(len(everything), 1)
+        for k, name in enumerate(("success_rate", "return", "episode_length", "crash_rate")):
+            metrics[f"env/{name}"].append(sum(x[k] for x in everything) / n)
+        metrics[f"stage/{stage}/success_rate"].append(sum(x[0] for x in everything) / n)
+        stats = episode_metrics(episodes)
+        for key in ("reflection_tokens", "reflection_stop_rate", "policy_entropy"):
+            if key in stats:
+                metrics[f"rollout/{key}"].append(stats[key])
+        if isinstance(self.reflection, CachedReflectionPlayer):
+            metrics["rollout/reflection_cache_hit_rate"].append(
+                self._memo_hit_rate("reflection", self.reflection)
+            )
+        if self.ref_memo is not None:
+            metrics["rollout/ref_memo_hit_rate"].append(self._memo_hit_rate("ref", self.ref_memo))
+        metrics["rollout/seconds"].append(seconds)
+        metrics["rollout/turn_samples"].append(float(n_samples))
+        if self.args.replay_buffer_size > 0:
+            metrics["replay/size"].append(float(len(self.replay)))
+        if self.curriculum.schedule == "success":
+            self._advance_curriculum([x[0] for x in everything])
+        if self.args.log_episodes_every and self._rollouts % self.args.log_episodes_every == 0:
+            self._log_episode_table(episodes[: self.args.num_logged_episodes])
+
+    def _log_episode_table(self, episodes: list[Episode]) -> None:
+        if not self.accelerator.is_main_process:
+            return
+        path = Path(self.args.output_dir) / "episodes"
+        path.mkdir(parents=True, exist_ok=True)
+        with open(path / f"step_{self.state.global_step:06d}.jsonl", "w") as f:
+            for ep in episodes:
+                f.write(json.dumps(ep.transcript()) + "\n")
+        if self.args.report_to and "wandb" in self.args.report_to:
+            import wandb
+
+            if wandb.run is not None:
+                rows = [
+                    [
+                        self.state.global_step,
+                        e,
+                        t.step,
+                        t.state_text,
+                        t.reflection or "",
+                        t.action_text,
+                        t.reward,
+                    ]
+                    for e, ep in enumerate(episodes)
+                    for t in ep.turns
+                ]
+                columns = ["step", "episode", "turn", "state", "reflection", "action", "reward"]
+                wandb.log({"episodes": wandb.Table(columns=columns, data=rows)}, commit=False)

@@ -1,0 +1,90 @@
+"""The no-signal warning: a run whose task groups all got identical returns logs share 1 and warns once per stage;
+a run with varied returns logs share 0 and stays quiet; a zero gradient norm for several steps warns too.
+
+Episodes are played by hand (``ReflectPPOTrainer._play`` replaced), as in ``test_rl_wiring``."""
+
+from __future__ import annotations
+
+import logging
+
+from test_rl_wiring import _episode, _prompts, _trainer
+
+from reflect_trl.trainers.rl_logging import NO_SIGNAL_PATIENCE, NoSignalMonitor, signal_shares
+
+LOGGER = "reflect_trl.trainers.rl_logging"
+
+
+def _run(tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float]):
+    """A 4-step run (curriculum on one stage) whose every rollout is two groups of two one-turn episodes."""
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        max_steps=NO_SIGNAL_PATIENCE + 1,
+        advantage_estimator="rloo",
+        curriculum_stages=["pickup"],
+    )
+    (p0, n0), (p1, n1) = _prompts(trainer._tokenizer, 2)
+    task = trainer.tasks.pools["pickup"][0]
+
+    def play(tasks, groups, state):
+        return [
+            _episode(task, 0, [(p0, n0, 1, rewards[0], "a")]),
+            _episode(task, 0, [(p0, n0, 2, rewards[1], "a")]),
+            _episode(task, 1, [(p1, n1, 0, rewards[0], "b")]),
+            _episode(task, 1, [(p1, n1, 3, rewards[1], "b")]),
+        ]
+
+    trainer._play = play
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        trainer.train()
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == LOGGER and "no learning signal" in r.getMessage()
+    ]
+    return trainer, warnings
+
+
+def _logged(trainer, key: str) -> list[float]:
+    return [entry[key] for entry in trainer.state.log_history if key in entry]
+
+
+def test_identical_groups_warn_once_per_stage(tiny_model_dir, tmp_path, caplog):
+    trainer, warnings = _run(tiny_model_dir, tmp_path, caplog, rewards=(-1.0, -1.0))
+    shares = _logged(trainer, "signal/identical_return_group_share")
+    assert shares and all(s == 1.0 for s in shares)
+    assert all(s == 1.0 for s in _logged(trainer, "signal/zero_advantage_turn_share"))
+    assert len(warnings) == 1
+    assert (
+        "'pickup'" in warnings[0]
+        and "num_generations" in warnings[0]
+        and "reflection_temperature" in warnings[0]
+    )
+
+
+def test_varied_returns_do_not_warn(tiny_model_dir, tmp_path, caplog):
+    trainer, warnings = _run(tiny_model_dir, tmp_path, caplog, rewards=(1.0, -1.0))
+    shares = _logged(trainer, "signal/identical_return_group_share")
+    assert shares and all(s == 0.0 for s in shares)
+    assert all(s == 0.0 for s in _logged(trainer, "signal/zero_advantage_turn_share"))
+    assert warnings == []
+
+
+def test_signal_shares_count_groups_and_turns():
+    # group 0 identical, group 1 varied, group 2 a single episode (not compared)
+    identical, compared, zero = signal_shares([1.0, 1.0, 0.0, 2.0, 5.0], [0, 0, 1, 1, 2], [0.0, 0.5, 0.0])
+    assert (identical, compared, zero) == (1.0, 2.0, 2.0)
+
+
+def test_monitor_needs_a_streak_and_warns_once_per_stage():
+    monitor = NoSignalMonitor(patience=3)
+    assert [monitor.update("pickup", "grad_norm", True) for _ in range(2)] == [None, None]
+    assert monitor.update("pickup", "grad_norm", False) is None  # the streak breaks
+    assert [monitor.update("pickup", "grad_norm", True) is not None for _ in range(4)] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    for _ in range(2):
+        assert monitor.update("full", "grad_norm", True) is None
+    message = monitor.update("full", "grad_norm", True)
+    assert message is not None and "'full'" in message and "gradient norm was 0" in message
