@@ -29,9 +29,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_trainer(
-    model_dir: str, out_dir, reflection_tokenizer: bool = False, **overrides
+    model_dir: str,
+    out_dir,
+    reflection_tokenizer: bool = False,
+    trainer_kwargs: dict | None = None,
+    **overrides,
 ) -> ReflectPPOTrainer:
-    """A trainer on 4 training tasks per Taxi stage; ``overrides`` are ReflectPPOConfig fields."""
+    """A trainer on 4 training tasks per Taxi stage; ``overrides`` are ReflectPPOConfig fields, ``trainer_kwargs``
+    more arguments of ReflectPPOTrainer (a reflection model, a peft_config)."""
     env = make_env("taxi")
     tasks = [
         t for s in ("pickup", "dropoff", "full") for t in env.make_tasks("train", 4, seed=0, difficulty=s)
@@ -54,7 +59,10 @@ def make_trainer(
         args=ReflectPPOConfig(**kwargs),
         train_dataset=tasks_to_dataset(tasks),
         processing_class=load_tokenizer(model_dir),
-        reflection_tokenizer=load_tokenizer(model_dir) if reflection_tokenizer else None,
+        **{
+            "reflection_tokenizer": load_tokenizer(model_dir) if reflection_tokenizer else None,
+            **(trainer_kwargs or {}),
+        },
     )
 
 

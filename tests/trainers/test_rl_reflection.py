@@ -8,30 +8,16 @@ import json
 
 import pytest
 import torch
+from test_rl_loss import make_trainer
 
-from reflect_trl.envs import make_env
 from reflect_trl.models import load_causal_lm, load_tokenizer
 from reflect_trl.trainers.rl_config import ReflectPPOConfig
-from reflect_trl.trainers.rl_tasks import tasks_to_dataset
 from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
 
 
 def _trainer(model_dir, out_dir, peft_config=None, **overrides) -> ReflectPPOTrainer:
-    env = make_env("taxi")
-    tasks = [
-        t for s in ("pickup", "dropoff", "full") for t in env.make_tasks("train", 4, seed=0, difficulty=s)
-    ]
-    kwargs = dict(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=3,
-        learning_rate=1e-3,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
+    """A both-players trainer: sampled 6-token reflections of a learning reflection model (its own copy)."""
+    config = dict(
         logging_steps=1,
         reflection_max_new_tokens=6,
         reflection_temperature=1.0,
@@ -39,16 +25,12 @@ def _trainer(model_dir, out_dir, peft_config=None, **overrides) -> ReflectPPOTra
         reflection_learning_rate=1e-2,
         advantage_estimator="rloo",
     )
-    kwargs.update(overrides)
-    return ReflectPPOTrainer(
-        model=load_causal_lm(model_dir),
-        args=ReflectPPOConfig(**kwargs),
-        train_dataset=tasks_to_dataset(tasks),
-        processing_class=load_tokenizer(model_dir),
+    extra = dict(
         reflection_model=load_causal_lm(model_dir),
         reflection_tokenizer=load_tokenizer(model_dir),
         peft_config=peft_config,
     )
+    return make_trainer(model_dir, out_dir, trainer_kwargs=extra, **{**config, **overrides})
 
 
 def _window(batch):

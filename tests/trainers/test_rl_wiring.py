@@ -8,42 +8,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_rl_loss import make_trainer
 
 from reflect_trl.envs import make_env
-from reflect_trl.models import load_causal_lm, load_tokenizer
+from reflect_trl.models import load_tokenizer
 from reflect_trl.prompts import build_prompt, encode_prompts
 from reflect_trl.rollout import Episode, Turn
 from reflect_trl.trainers import rl_batch
-from reflect_trl.trainers.rl_config import ReflectPPOConfig
-from reflect_trl.trainers.rl_tasks import tasks_to_dataset
 from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
 
 
 def _trainer(model_dir, out_dir, **overrides) -> ReflectPPOTrainer:
-    env = make_env("taxi")
-    tasks = [
-        t for s in ("pickup", "dropoff", "full") for t in env.make_tasks("train", 4, seed=0, difficulty=s)
-    ]
-    kwargs = dict(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=3,
-        learning_rate=1e-3,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
-        logging_steps=1,
-    )
-    kwargs.update(overrides)
-    return ReflectPPOTrainer(
-        model=load_causal_lm(model_dir),
-        args=ReflectPPOConfig(**kwargs),
-        train_dataset=tasks_to_dataset(tasks),
-        processing_class=load_tokenizer(model_dir),
-    )
+    return make_trainer(model_dir, out_dir, **{"logging_steps": 1, **overrides})
 
 
 def _prompts(tokenizer, n: int) -> list[tuple[list[int], int]]:

@@ -15,9 +15,7 @@ recipe's keys and values and the command line's flags are checked against it (th
 
 from __future__ import annotations
 
-import argparse
 import json
-import textwrap
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -27,8 +25,10 @@ from reflect_trl.cli.recipes import (
     OptionSpec,
     check_flags,
     expand_config,
+    grouped_help_parser,
     parser_options,
     read_recipe,
+    usage_line,
 )
 from reflect_trl.cli.recipes import short_help as parser_help
 from reflect_trl.errors import usage_errors
@@ -161,10 +161,6 @@ def load_table() -> dict[str, Any]:
     return json.loads(TABLE_FILE.read_text(encoding="utf-8"))
 
 
-def _usage(command: str) -> str:
-    return f"reflect-trl {command} [--config RECIPE.yaml] [--OPTION VALUE ...]  (--help, --help-all)"
-
-
 def _shown_help(entry: Mapping[str, Any]) -> str:
     text = (entry.get("help") or "").strip()
     extras = []
@@ -181,22 +177,11 @@ def _shown_help(entry: Mapping[str, Any]) -> str:
 def short_help(command: str, table: Mapping[str, Any] | None = None) -> str:
     """The grouped ``--help`` of ``command`` from the table."""
     spec = (table or load_table())[command]
-    parser = argparse.ArgumentParser(
-        prog=f"reflect-trl {command}",
-        usage=_usage(command),
-        description=textwrap.fill(spec["description"], width=100),
-        epilog=f"{spec['hidden']} more options inherited from TRL/transformers: `reflect-trl {command} --help-all`. "
+    parser = grouped_help_parser(
+        command,
+        spec["description"],
+        f"{spec['hidden']} more options inherited from TRL/transformers: `reflect-trl {command} --help-all`. "
         + RECIPES_NOTE,
-        add_help=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    basics = parser.add_argument_group("usage")
-    basics.add_argument("-h", "--help", action="store_true", help="this help")
-    basics.add_argument("--help-all", action="store_true", help="every option, the inherited ones included")
-    basics.add_argument(
-        "--config",
-        metavar="RECIPE.yaml",
-        help="a YAML recipe: keys are option names (e.g. recipes/taxi/cpu/*.yaml); flags override its values",
     )
     for title, names in spec["groups"]:
         group = parser.add_argument_group(title)
@@ -258,7 +243,7 @@ def parse_recipe(
     args = list(sys.argv[1:] if argv is None else argv)
     parser.prog = f"reflect-trl {command}"
     parser.description = description
-    parser.usage = _usage(command)
+    parser.usage = usage_line(command)
     if "--help-all" in args:
         parser.print_help()
         raise SystemExit(0)

@@ -60,7 +60,7 @@ RESERVED_KEYS = ("env",)
 HIDDEN_OPTIONS = ("gradient_checkpointing",)
 
 
-def _usage(command: str) -> str:
+def usage_line(command: str) -> str:
     return f"reflect-trl {command} [--config RECIPE.yaml] [--OPTION VALUE ...]  (--help, --help-all)"
 
 
@@ -145,6 +145,27 @@ def _shown(action: argparse.Action) -> argparse.Action:
     return shown
 
 
+def grouped_help_parser(command: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """The parser that prints a grouped ``--help``: usage, description, the ``usage`` group; callers add theirs."""
+    parser = argparse.ArgumentParser(
+        prog=f"reflect-trl {command}",
+        usage=usage_line(command),
+        description=textwrap.fill(description, width=100),
+        epilog=epilog,
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    basics = parser.add_argument_group("usage")
+    basics.add_argument("-h", "--help", action="store_true", help="this help")
+    basics.add_argument("--help-all", action="store_true", help="every option, the inherited ones included")
+    basics.add_argument(
+        "--config",
+        metavar="RECIPE.yaml",
+        help="a YAML recipe: keys are option names (e.g. recipes/taxi/cpu/*.yaml); flags override its values",
+    )
+    return parser
+
+
 def short_help(parser: argparse.ArgumentParser, command: str, description: str, own: Sequence[type]) -> str:
     """The ``--help`` text: description, ``--config``, reflect-trl's options, the common inherited ones."""
     by_dest: dict[str, argparse.Action] = {}
@@ -156,26 +177,15 @@ def short_help(parser: argparse.ArgumentParser, command: str, description: str, 
     common = [n for n in [*changed, *COMMON_OPTIONS] if n in by_dest and n not in own_names]
     common = list(dict.fromkeys(common))
     hidden = len(by_dest) - len(own_names) - len(common)
-    help_parser = argparse.ArgumentParser(
-        prog=f"reflect-trl {command}",
-        usage=_usage(command),
-        description=textwrap.fill(description, width=100),
-        epilog=(
+    help_parser = grouped_help_parser(
+        command,
+        description,
+        (
             f"{hidden} more options inherited from TRL/transformers: `reflect-trl {command} --help-all`. "
             if hidden
             else ""
         )
         + "Every option is also a recipe key (YAML), and a flag overrides the recipe.",
-        add_help=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    basics = help_parser.add_argument_group("usage")
-    basics.add_argument("-h", "--help", action="store_true", help="this help")
-    basics.add_argument("--help-all", action="store_true", help="every option, the inherited ones included")
-    basics.add_argument(
-        "--config",
-        metavar="RECIPE.yaml",
-        help="a YAML recipe: keys are option names (e.g. recipes/taxi/cpu/*.yaml); flags override its values",
     )
     for title, names in (
         (f"options of reflect-trl {command}", own_names),
@@ -287,6 +297,7 @@ __all__ = [
     "own_fields",
     "parser_options",
     "read_recipe",
+    "grouped_help_parser",
     "short_help",
     "shown_option",
 ]
