@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -205,9 +206,10 @@ def test_reproduce_smoke_two_seeds(tmp_path):
             seed_dir / "logs" / "rl_reflect.log"
         ).is_file()
     assert on_disk["jobs"] == 2 and "pool of 2 worker processes" in md
-    # a second call with the same settings reuses both finished seeds: same rows, no job run (no log rewritten)
+    # a second call with the same settings reuses both finished seeds: same rows, no job run (no log rewritten);
+    # jobs=0 (the demo's own number) must not need a seed to run
     logs = {s: (tmp_path / f"seed_{s}" / "logs" / "evaluation.log").stat().st_mtime_ns for s in (0, 1)}
-    again = run_reproduce(config)
+    again = run_reproduce(dataclasses.replace(config, jobs=0))
     assert again["rows"] == summary["rows"]
     assert {
         s: (tmp_path / f"seed_{s}" / "logs" / "evaluation.log").stat().st_mtime_ns for s in (0, 1)

@@ -14,7 +14,7 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         prog="reflect-trl reproduce",
         description="The demo pipeline for several seeds, pooled held-out evaluation and paired comparisons "
-        "(summary.json, results.md, plots under outputs/reproduce/<env>/).",
+        "(summary.json, results.md, plots under outputs/reproduce/<env>-<protocol>/).",
         epilog="Any DemoConfig field can be overridden for every seed: --rl_steps 120.",
     )
     parser.add_argument(
@@ -24,7 +24,7 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         help="one full run per seed: 0 1 2 or 0,1,2 (default: 0 1 2 3 4)",
     )
     parser.add_argument("--env_name", default="taxi", help="environment (default: %(default)s)")
-    parser.add_argument("--output_dir", default=None, help="default: outputs/reproduce/<env_name>")
+    parser.add_argument("--output_dir", default=None, help="default: outputs/reproduce/<env_name>-<protocol>")
     parser.add_argument("--smoke", action="store_true", help="a handful of steps per stage (tests)")
     parser.add_argument(
         "--jobs",

@@ -16,7 +16,7 @@ then pooled:
   instances, not episodes. The per-seed differences are listed too: an interval over instances says nothing about
   another training seed, so a claim should also hold on every seed.
 
-Outputs under ``outputs/reproduce/<env>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
+Outputs under ``outputs/reproduce/<env>-<protocol>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
 (the configuration x stage table, the comparisons, per-seed spread, wall times, the machine), ``success_by_seed.png``
 (pooled bars with every seed's rate as a dot), ``learning_curves.png`` (every seed's RL curves) and, with
 ``--rl_eval_steps``, ``eval_curves.png`` (every seed's greedy `validation` curves during RL), plus one
@@ -70,7 +70,7 @@ class ReproduceConfig:
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     env_name: str = "taxi"
-    output_dir: str | None = None  # default outputs/reproduce/<env>
+    output_dir: str | None = None  # default outputs/reproduce/<env>-<protocol>
     smoke: bool = False
     bootstrap_resamples: int = 10_000
     jobs: int = 0
@@ -154,6 +154,8 @@ def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
     long job overlaps the next seed's first ones instead of leaving a core idle. Logs: ``seed_<s>/logs/``. With
     ``reflection_backend: openai`` (the demo starts its own server) the seeds run one after the other, one
     ``reflect-trl demo`` process each. Returns each seed's ``summary.json``."""
+    if not demo_configs:  # every seed reused: nothing to run, only the pooling
+        return {}
     from reflect_trl.pipelines.demo import JOB_TIMINGS, demo_jobs, job_label, prepare_demo
     from reflect_trl.pipelines.demo import _Progress as Progress
     from reflect_trl.pipelines.jobs import Job, run_jobs
