@@ -402,14 +402,10 @@ def test_transformers_serve_greedy_reflections_equal_the_in_process_model(reflec
 
 @pytest.mark.slow  # starts a server subprocess and builds a model
 def test_throughput_benchmark_runs_end_to_end(tmp_path):
-    import importlib.util
-    import sys
+    from _benchmarks import load_benchmark
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "reflection_server_throughput.py"
-    spec = importlib.util.spec_from_file_location("reflection_server_throughput", path)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("reflection_server_throughput", bench)
-    spec.loader.exec_module(bench)
+    load_benchmark("rollout_throughput")  # the script imports its sibling by name, as when run from benchmarks/
+    bench = load_benchmark("reflection_server_throughput")
     threads = torch.get_num_threads()
     out = tmp_path / "bench.json"
     argv = ["--tiny_preset", "nano", "--batch_sizes", "2", "--repeats", "1", "--turns", "2"]
