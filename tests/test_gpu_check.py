@@ -143,7 +143,8 @@ def test_make_target_writes_to_outputs_gpu_check_and_passes_args():
     from _benchmarks import BENCHMARKS
 
     def dry(*variables: str) -> str:
-        command = ["make", "-n", "gpu-check", *variables]
+        # --no-print-directory: under `make test` the inherited MAKELEVEL would add "Entering directory" lines
+        command = ["make", "-n", "--no-print-directory", "gpu-check", *variables]
         return subprocess.run(
             command, cwd=BENCHMARKS.parent, capture_output=True, text=True, check=True
         ).stdout
