@@ -404,7 +404,8 @@ def test_transformers_serve_greedy_reflections_equal_the_in_process_model(reflec
 def test_throughput_benchmark_runs_end_to_end(tmp_path):
     from _benchmarks import load_benchmark
 
-    load_benchmark("rollout_throughput")  # the script imports its sibling by name, as when run from benchmarks/
+    # the script imports its sibling by name, as when run from benchmarks/
+    load_benchmark("rollout_throughput")
     bench = load_benchmark("reflection_server_throughput")
     threads = torch.get_num_threads()
     out = tmp_path / "bench.json"
