@@ -63,8 +63,9 @@ from typing import Any
 import torch
 import yaml
 
+# the rollout benchmark beside this script (its forgiving taxi), imported by name as when run from benchmarks/
+import rollout_throughput as rt
 from reflect_trl.envs import register_env
-from reflect_trl.envs.taxi import DangerousTaxiEnv
 from reflect_trl.quiet import quiet_dependencies
 from reflect_trl.rollout import RolloutEngine
 
@@ -84,21 +85,11 @@ PINNED = {
 }
 
 
-class ForgivingTaxiEnv(DangerousTaxiEnv):
-    """DangerousTaxi ``full`` tasks where a no-effect action wastes a step instead of ending the episode (the
-    benchmark variant of ``benchmarks/rollout_throughput.py``): every episode of an untrained policy lasts the
-    horizon, so every rollout writes the same number of reflections."""
+class ForgivingTaxiEnv(rt.ForgivingTaxiEnv):
+    """The forgiving DangerousTaxi of ``benchmarks/rollout_throughput.py`` on ``full`` tasks only: every episode of an
+    untrained policy lasts the horizon, so every rollout writes the same number of reflections."""
 
     stages = ("full",)
-
-    def step(self, action_index: int):
-        obs, reward, terminated, truncated, info = super().step(action_index)
-        if info["crash"]:
-            self.crashed = info["crash"] = False
-            terminated = False
-            truncated = self.t >= self.horizon
-            self.done = truncated
-        return obs, reward, terminated, truncated, info
 
 
 register_env(BENCH_ENV, ForgivingTaxiEnv)

@@ -23,6 +23,7 @@ SPLIT = (
 @pytest.fixture(scope="module")
 def check():
     """benchmarks/gpu_check.py, imported as a module."""
+    load_benchmark("rollout_throughput")  # gpu_check imports its sibling by name
     return load_benchmark("gpu_check")
 
 
