@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from test_rl_loss import StopAtStep
 
 from reflect_trl.envs import make_env
 from reflect_trl.models import load_causal_lm, load_tokenizer
@@ -221,15 +222,7 @@ def test_resume_reproduces_uninterrupted_run(tiny_model_dir, tmp_path, estimator
 
     first = _trainer(tiny_model_dir, tmp_path / "part", save_strategy="steps", save_steps=2, **common)
     first.args.max_steps = 4
-    # stop after the checkpoint at step 2
-    from transformers import TrainerCallback
-
-    class StopAt2(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw):
-            if state.global_step == 2:
-                control.should_training_stop = True
-
-    first.add_callback(StopAt2())
+    first.add_callback(StopAtStep(2))  # killed after the checkpoint at step 2
     first.train()
     ckpt = tmp_path / "part" / "checkpoint-2"
     assert (ckpt / "reflect_state_rank0.pt").is_file()

@@ -17,6 +17,7 @@ import pytest
 import torch
 import trl
 from packaging.version import Version
+from transformers import TrainerCallback
 
 from reflect_trl.envs import make_env
 from reflect_trl.models import load_causal_lm, load_tokenizer
@@ -26,6 +27,17 @@ from reflect_trl.trainers.rl_tasks import tasks_to_dataset
 from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class StopAtStep(TrainerCallback):
+    """Stops training after optimizer step ``step`` (a run killed after its checkpoint, for the resume tests)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == self.step:
+            control.should_training_stop = True
 
 
 def make_trainer(

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from test_rl_loss import make_trainer
+from test_rl_loss import StopAtStep, make_trainer
 
 from reflect_trl.models import load_causal_lm, load_tokenizer
 from reflect_trl.trainers.rl_config import ReflectPPOConfig
@@ -159,19 +159,12 @@ def test_the_reflection_has_its_own_learning_rate_and_both_players_are_saved(tin
 
 
 def test_resume_restores_both_players_exactly(tiny_model_dir, tmp_path):
-    from transformers import TrainerCallback
-
     common = dict(max_steps=4, save_strategy="steps", save_steps=2)
     full = _trainer(tiny_model_dir, tmp_path / "full", **{**common, "save_strategy": "no"})
     full.train()
     first = _trainer(tiny_model_dir, tmp_path / "part", **common)
 
-    class StopAt2(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw):
-            if state.global_step == 2:
-                control.should_training_stop = True
-
-    first.add_callback(StopAt2())
+    first.add_callback(StopAtStep(2))  # killed after the checkpoint at step 2
     first.train()
     ckpt = tmp_path / "part" / "checkpoint-2"
     assert (ckpt / "reflection_state.pt").is_file() and (ckpt / "reflection" / "config.json").is_file()
