@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -319,3 +320,42 @@ def test_paper_protocol_smoke_demo(tmp_path):
     assert not (tmp_path / "data" / "taxi" / "policy_reflect_model").exists()
     args = json.loads((tmp_path / "runs" / "rl_reflect" / "log_history.json").read_text())
     assert any("rollout/reflection_tokens" in h for h in args)
+
+
+def _crash_returns(env_kwargs: dict, gamma: float) -> list[float]:
+    """The discounted return of an episode that crashes on turn 1, 3 or 5 (DangerousTaxi `full`, taxi at (0, 1)):
+    moves back and forth, then north off the grid."""
+    from reflect_trl.envs.taxi import NORTH, SOUTH, DangerousTaxiEnv, encode_state
+    from reflect_trl.rl_math import returns_to_go
+
+    returns = []
+    for detours in range(3):
+        env = DangerousTaxiEnv(mode="full", **env_kwargs)
+        env.reset_to_state(encode_state(0, 1, 0, 1))
+        rewards = [env.step(a)[1] for a in (SOUTH, NORTH) * detours]
+        rewards.append(env.step(NORTH)[1])
+        assert env.crashed and len(rewards) == 2 * detours + 1
+        returns.append(returns_to_go(rewards, gamma)[0])
+    return returns
+
+
+def test_taxi_rl_settings_do_not_reward_crashing_later():
+    """A crash must not score better the later it happens: with no step cost in RL, gamma < 1 discounts the crash
+    penalty and teaches a policy that rarely succeeds to wander before crashing (docs/experiments.md §1.4a). The
+    demo's and the CPU recipe's RL settings keep a late crash no better than an early one."""
+    import yaml
+
+    from reflect_trl.pipelines.protocols import RL_ENV_KWARGS
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
+
+    recipes = Path(__file__).resolve().parents[1] / "recipes" / "taxi"
+    settings = [(RL_ENV_KWARGS["taxi"], DemoConfig().rl_gamma)]
+    for path in (recipes / "cpu" / "rl.yaml", recipes / "rl.yaml"):
+        recipe = yaml.safe_load(path.read_text())
+        gamma = recipe.get("gamma", ReflectPPOConfig.__dataclass_fields__["gamma"].default)
+        settings.append(({k: v for k, v in recipe["env_kwargs"].items() if k != "horizon"}, gamma))
+    for env_kwargs, gamma in settings:
+        early, *later = _crash_returns(env_kwargs, gamma)
+        assert all(r <= early + 1e-12 for r in later), (env_kwargs, gamma, early, later)
+    early, *later = _crash_returns({"step_reward": 0.0}, 0.95)  # the trap itself
+    assert all(r > early for r in later)

@@ -73,7 +73,9 @@ class DemoConfig:
     rl_num_generations: int = 4
     rl_learning_rate: float = 1e-3
     rl_advantage_estimator: str = "gigpo"
-    rl_gamma: float = 0.95
+    # 1.0, not GiGPO's 0.95: with RL's zero step reward a discounted crash penalty pays for crashing later; chosen on
+    # validation (docs/experiments.md §1.4a)
+    rl_gamma: float = 1.0
     rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
