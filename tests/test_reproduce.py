@@ -339,3 +339,28 @@ def test_restrict_to_unseen_keeps_the_instances_no_training_task_posed():
     kept = restrict_to_unseen({0: [result]}, {0: {"full": {"y"}}})[0][0]
     assert kept["instances"] == ["x", "z"] and kept["outcomes"] == [1, 1] and kept["successes"] == 2
     assert kept["episodes"] == 2 and kept["success_rate"] == 1.0
+
+
+def test_a_stage_without_unseen_instances_has_no_row_and_no_comparison():
+    """Design D3: DangerousTaxi's `dropoff` has 12 start states, all of them SFT tasks at K = 10, so nothing of that
+    stage is left to compare; it must not be reported as 0 % success."""
+    from reflect_trl.pipelines.reproduce import restrict_to_unseen
+
+    per_seed = {
+        seed: [
+            {**_result(conf, stage, [1, 0, 1]), "instances": ["a", "b", "c"]}
+            for conf in ("Reflect-RL", "Reflect SFT (before RL)")
+            for stage in ("pickup", "dropoff")
+        ]
+        for seed in (0, 1)
+    }
+    training = {seed: {"dropoff": {"a", "b", "c"}, "pickup": {"a"}} for seed in (0, 1)}
+    unseen = restrict_to_unseen(per_seed, training)
+    rows = pool_rows(unseen, resamples=200)
+    assert {(r["configuration"], r["stage"]) for r in rows} == {
+        ("Reflect-RL", "pickup"),
+        ("Reflect SFT (before RL)", "pickup"),
+    }
+    assert all(r["episodes"] == 4 and r["success_rate"] == 0.5 for r in rows)
+    comparisons = compare(unseen, COMPARISONS, ("greedy",), resamples=200)
+    assert [(c["b"], c["stage"]) for c in comparisons] == [("Reflect SFT (before RL)", "pickup")]

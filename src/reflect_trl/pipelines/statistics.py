@@ -72,6 +72,8 @@ def pool_rows(
             cells.append(match[0])
         successes = sum(int(c["successes"]) for c in cells)
         episodes = sum(int(c["episodes"]) for c in cells)
+        if not episodes:  # e.g. design D3: every held-out instance of the stage was a training task
+            continue
         # distinct instances per seed (one instance under two seeds' models is two observations)
         instances = sum(len(set(c.get("instances") or [])) or int(c["episodes"]) for c in cells)
         rate = successes / episodes if episodes else 0.0
@@ -248,8 +250,8 @@ def compare(
                 chosen_b = decoding_b
             ra = [row(s, a, stage, decoding_a) for s in seeds]
             rb = [row(s, b, stage, chosen_b) for s in seeds]
-            if any(r is None for r in ra + rb):
-                continue
+            if any(r is None for r in ra + rb) or not any(r["outcomes"] for r in ra):
+                continue  # a missing row, or no held-out episode left (restrict_to_unseen)
             oa, ob = [list(r["outcomes"]) for r in ra], [list(r["outcomes"]) for r in rb]
             keys = [instances(r) for r in ra]
             if keys != [instances(r) for r in rb]:
