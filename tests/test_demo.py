@@ -342,7 +342,7 @@ def _crash_returns(env_kwargs: dict, gamma: float) -> list[float]:
 def test_taxi_rl_settings_do_not_reward_crashing_later():
     """A crash must not score better the later it happens: with no step cost in RL, gamma < 1 discounts the crash
     penalty and teaches a policy that rarely succeeds to wander before crashing (docs/experiments.md §1.4a). The
-    demo's and the CPU recipe's RL settings keep a late crash no better than an early one."""
+    demo's and both Taxi recipes' RL settings keep a late crash no better than an early one."""
     import yaml
 
     from reflect_trl.pipelines.protocols import RL_ENV_KWARGS
