@@ -76,7 +76,7 @@ def pool_rows(
             continue
         # distinct instances per seed (one instance under two seeds' models is two observations)
         instances = sum(len(set(c.get("instances") or [])) or int(c["episodes"]) for c in cells)
-        rate = successes / episodes if episodes else 0.0
+        rate = successes / episodes
         _, low, high = hierarchical_bootstrap(
             [list(c["outcomes"]) for c in cells],
             [list(c.get("instances") or range(len(c["outcomes"]))) for c in cells],
