@@ -11,8 +11,10 @@ from reflect_trl.pipelines.reproduce import (
     COMPARISONS,
     ReproduceConfig,
     compare,
+    comparisons_table,
     exposure_table,
     pool_rows,
+    results_table,
     run_reproduce,
     training_instances,
     with_instances,
@@ -364,3 +366,26 @@ def test_a_stage_without_unseen_instances_has_no_row_and_no_comparison():
     assert all(r["episodes"] == 4 and r["success_rate"] == 0.5 for r in rows)
     comparisons = compare(unseen, COMPARISONS, ("greedy",), resamples=200)
     assert [(c["b"], c["stage"]) for c in comparisons] == [("Reflect SFT (before RL)", "pickup")]
+
+
+def test_a_seed_without_unseen_instances_shows_a_dash_not_zero():
+    """Design D3: a seed whose held-out `dropoff` instances were all trained on has no rate in that row; the tables
+    print "–" for it, not a 0 % that reads as a failed seed, and the pooled rate counts only the other seed."""
+    from reflect_trl.pipelines.reproduce import restrict_to_unseen
+
+    per_seed = {
+        seed: [
+            {**_result(conf, "dropoff", [1, 1, 0]), "instances": ["a", "b", "c"]}
+            for conf in ("Reflect-RL", "Reflect SFT (before RL)")
+        ]
+        for seed in (0, 1)
+    }
+    training = {0: {"dropoff": {"a", "b", "c"}}, 1: {"dropoff": {"a"}}}
+    unseen = restrict_to_unseen(per_seed, training)
+    rows = pool_rows(unseen, resamples=200)
+    assert [r["per_seed"] for r in rows] == [[None, 0.5], [None, 0.5]]
+    assert all(r["episodes"] == 2 for r in rows)
+    assert "(– / 50)" in results_table(rows, "greedy")
+    (comparison,) = compare(unseen, COMPARISONS, ("greedy",), resamples=200)
+    assert comparison["per_seed_diff"] == [None, 0.0]
+    assert "| – / +0 |" in comparisons_table([comparison], "greedy")

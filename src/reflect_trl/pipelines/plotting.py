@@ -338,6 +338,8 @@ def plot_seed_bars(
             lo.append(max(0.0, r["success_rate"] - r["ci_low"]))
             hi.append(max(0.0, r["ci_high"] - r["success_rate"]))
             for k, rate in enumerate(r["per_seed"]):
+                if rate is None:  # a seed with no episode in the row
+                    continue
                 ax.plot(x, rate, markers[k % len(markers)], color="black", ms=3, alpha=0.7)
         ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=conf, alpha=0.85)
     ax.set_xticks(range(len(stages)), stages)

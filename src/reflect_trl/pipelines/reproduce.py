@@ -342,10 +342,11 @@ def _stage_grid(chosen: Sequence[Mapping[str, Any]], cell: Callable[[Mapping[str
 
 
 def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
-    """Markdown: configurations x stages, pooled success [95 % Wilson] and the per-seed rates."""
+    """Markdown: configurations x stages, pooled success [95 % two-level bootstrap] and the per-seed rates ("–": a
+    seed with no episode in the row)."""
 
     def cell(r: Mapping[str, Any]) -> str:
-        seeds = " / ".join(f"{100 * p:.0f}" for p in r["per_seed"])
+        seeds = " / ".join("–" if p is None else f"{100 * p:.0f}" for p in r["per_seed"])
         return f"{_pct(r['success_rate'])} % [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({seeds})"
 
     return _stage_grid([r for r in rows if r["decoding"] == decoding], cell)
@@ -369,7 +370,7 @@ def comparisons_table(comparisons: Sequence[Mapping[str, Any]], decoding: str) -
     for c in comparisons:
         if c["decoding"] != decoding:
             continue
-        per_seed = " / ".join(f"{100 * d:+.0f}" for d in c["per_seed_diff"])
+        per_seed = " / ".join("–" if d is None else f"{100 * d:+.0f}" for d in c["per_seed_diff"])
         b = c["b"] if c.get("decoding_b", decoding) == decoding else f"{c['b']} ({c['decoding_b']}, its best)"
         lines.append(
             f"| {c['a']} − {b} | {c['stage']} | {100 * c['diff']:+.1f} pts "

@@ -94,7 +94,8 @@ def pool_rows(
                 "success_rate": rate,
                 "ci_low": low,
                 "ci_high": high,
-                "per_seed": [c["success_rate"] for c in cells],
+                # None for a seed with no episode in the row (design D3: all its held-out instances were trained on)
+                "per_seed": [c["success_rate"] if int(c["episodes"]) else None for c in cells],
                 "per_seed_successes": [int(c["successes"]) for c in cells],
                 "per_seed_episodes": [int(c["episodes"]) for c in cells],
                 "diagnostics": _sum_counts([c.get("diagnostics") or {} for c in cells]),
@@ -257,7 +258,7 @@ def compare(
             if keys != [instances(r) for r in rb]:
                 raise ValueError(f"{a!r} and {b!r} did not play the same instances of stage {stage!r}")
             diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=len(out), instances=keys)
-            per_seed_diff = [(sum(x) - sum(y)) / max(len(x), 1) for x, y in zip(oa, ob, strict=True)]
+            per_seed_diff = [(sum(x) - sum(y)) / len(x) if x else None for x, y in zip(oa, ob, strict=True)]
             out.append(
                 {
                     "a": a,
@@ -269,7 +270,7 @@ def compare(
                     "ci_low": low,
                     "ci_high": high,
                     "per_seed_diff": per_seed_diff,
-                    "seeds_agree": len({d > 0 for d in per_seed_diff if d != 0}) <= 1,
+                    "seeds_agree": len({d > 0 for d in per_seed_diff if d}) <= 1,
                     "method": f"paired two-level bootstrap: seeds, then problem instances within each seed "
                     f"({resamples} resamples)",
                 }
