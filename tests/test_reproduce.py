@@ -389,3 +389,32 @@ def test_a_seed_without_unseen_instances_shows_a_dash_not_zero():
     (comparison,) = compare(unseen, COMPARISONS, ("greedy",), resamples=200)
     assert comparison["per_seed_diff"] == [None, 0.0]
     assert "| – / +0 |" in comparisons_table([comparison], "greedy")
+
+
+def test_results_name_the_split_they_were_measured_on():
+    """A `validation` run (a setting being chosen) must not be written up as held-out `test` episodes."""
+    from reflect_trl.pipelines.reproduce import results_markdown
+
+    rows = pool_rows({0: [_result("Reflect-RL", "full", [1, 0])]}, resamples=50)
+    summary = {
+        "env_name": "taxi",
+        "seeds": [0],
+        "rows": rows,
+        "comparisons": [],
+        "per_seed": {"0": {"total_seconds": 60, "timings_seconds": {}}},
+        "machine": {
+            "cpu_count": 2,
+            "processor": "x86_64",
+            "platform": "Linux",
+            "python": "3.12",
+            "torch": "2",
+            "cuda": False,
+            "torch_threads": 2,
+        },
+        "total_seconds": 60,
+        "jobs": 1,
+    }
+    for split_field in ({"split": "validation"}, {"demo_config": {"eval_split": "validation"}}):
+        md = results_markdown({**summary, **split_field})
+        assert "Held-out `validation` episodes" in md and "`test`" not in md
+    assert "Held-out `test` episodes" in results_markdown(summary)  # summaries written before the field

@@ -263,14 +263,17 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
     decodings = list(dict.fromkeys(r["decoding"] for rs in per_seed_results.values() for r in rs))
     first = demo_configs[config.seeds[0]]
     training = {seed: training_instances(c) for seed, c in demo_configs.items()}
-    held_out = "all test episodes"
+    held_out = f"all {first.eval_split} episodes"
     if first.rl_tasks == "disjoint":  # design D3: compare on the instances neither SFT nor RL trained on
         per_seed_results = restrict_to_unseen(per_seed_results, training)
-        held_out = "test episodes whose instance no training task of the seed posed (SFT or RL)"
+        held_out = (
+            f"{first.eval_split} episodes whose instance no training task of the seed posed (SFT or RL)"
+        )
     summary = {
         "protocol": first.protocol,
         "env_name": config.env_name,
         "seeds": list(config.seeds),
+        "split": first.eval_split,
         "held_out": held_out,
         "rows": pool_rows(per_seed_results, training, min(config.bootstrap_resamples, 2_000)),
         "comparisons": compare(
@@ -408,11 +411,12 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
     seeds = summary["seeds"]
     rows = summary["rows"]
     episodes = {r["episodes"] for r in rows}
+    split = summary.get("split") or summary.get("demo_config", {}).get("eval_split", "test")
     parts = [
         f"# reflect-trl reproduce: {summary['env_name']}, protocol `{summary.get('protocol', 'strict')}`, seeds "
         f"{', '.join(map(str, seeds))}\n",
-        f"Held-out `test` episodes pooled over {len(seeds)} seeds ({', '.join(map(str, sorted(episodes)))} per "
-        f"cell; {summary.get('held_out', 'all test episodes')}); success rate with a 95 % interval from a two-level "
+        f"Held-out `{split}` episodes pooled over {len(seeds)} seeds ({', '.join(map(str, sorted(episodes)))} per "
+        f"cell; {summary.get('held_out', f'all {split} episodes')}); success rate with a 95 % interval from a two-level "
         "bootstrap (the training seeds, then the distinct problem instances within each seed), then each seed's "
         "rate in parentheses.\n",
     ]
@@ -442,7 +446,7 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
             parts += [
                 "Held-out episodes whose problem instance was also a training task of the seed (seen) / the others "
                 "(unseen): success rate (distinct instances, summed over seeds). The splits hold out task seeds; an "
-                "environment with few instances repeats training instances in `test`.\n",
+                "environment with few instances repeats training instances in its held-out splits.\n",
                 exposure,
             ]
     step_names = _step_names(summary)
