@@ -307,6 +307,42 @@ def test_disjoint_rl_tasks_share_no_instance_with_the_sft_data():
     assert same == [t for s in env.stages for t in env.make_tasks("train", 10, seed=0, difficulty=s)]
 
 
+def test_rl_stages_leave_a_stage_out_of_rl(tmp_path):
+    """Design D3 at K = 30: seed 1's SFT data poses all 12 `dropoff` start states, so disjoint RL tasks exist only for
+    `pickup` and `full`; the error says how to leave `dropoff` out, and --rl_stages does, in the tasks, in every RL
+    run's curriculum and in the no-curriculum run's single stage."""
+    from reflect_trl.errors import UsageError
+    from reflect_trl.pipelines.demo import check_demo_config, rl_task_list
+    from reflect_trl.pipelines.protocols import demo_jobs
+
+    with pytest.raises(ValueError, match="every 'dropoff' training instance.*--rl_stages pickup,full"):
+        rl_task_list(DemoConfig(n_train_tasks=30, rl_tasks="disjoint", seed=1))
+    cfg = DemoConfig(
+        seed=1,
+        n_train_tasks=30,
+        rl_tasks="disjoint",
+        rl_stages=["pickup", "full"],
+        configurations=["reflect_sft", "reflect_rl", "no_curriculum", "continued_sft"],
+    )
+    check_demo_config(cfg)
+    tasks = rl_task_list(cfg)
+    assert [t.difficulty for t in tasks] == ["pickup"] * 30 + ["full"] * 30
+    jobs = {j.name: j for j in demo_jobs(cfg, tmp_path / "base", tmp_path / "data", tmp_path / "runs")}
+
+    def stages(job):
+        return job.argv[job.argv.index("--curriculum_stages") + 1]
+
+    assert stages(jobs["rl_reflect"]) == "pickup,full"
+    assert stages(jobs["rl_reflect_no_curriculum"]) == "full"
+    assert "--curriculum_stages" not in jobs["sft_policy_continued"].argv
+    default = {j.name: j for j in demo_jobs(DemoConfig(), tmp_path / "b", tmp_path / "d", tmp_path / "r")}
+    assert "--curriculum_stages" not in default["rl_reflect"].argv
+    assert stages(default["rl_reflect_no_curriculum"]) == "full"
+    for bad in (["dropof"], [], ["full", "full"]):
+        with pytest.raises(UsageError, match="rl_stages"):
+            check_demo_config(DemoConfig(rl_stages=bad))
+
+
 def test_paper_protocol_smoke_demo(tmp_path):
     """The paper protocol end to end: executed (mostly random) targets, oracle reflections in the policy data,
     sampled reflections in RL, both decodings evaluated."""

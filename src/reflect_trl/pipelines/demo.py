@@ -82,6 +82,9 @@ class DemoConfig:
     # "sft": RL on the SFT data's tasks (the same task seed); "disjoint": on start states the SFT data never saw
     # (design D3, scarce demonstrations; the held-out comparisons then count only instances seen by neither)
     rl_tasks: str = "sft"
+    # the curriculum stages RL trains on (None = every stage of the environment). Design D3 at K = 30 leaves out
+    # DangerousTaxi's `dropoff`: its 12 start states are all SFT tasks, so no disjoint RL task exists for it
+    rl_stages: list[str] | None = None
     # learning rate of the reflection player in the configurations where it learns (both_learn, reflection_learns)
     rl_reflection_learning_rate: float = 1e-4
     # > 0: every RL run evaluates itself during training (ReflectPPOTrainer.evaluate) at its start and every
@@ -246,7 +249,7 @@ def rl_task_list(cfg: DemoConfig) -> list[Any]:
 
     env = make_env(cfg.env_name, **dict(cfg.env_kwargs))
     chosen = []
-    for stage in env.stages:
+    for stage in cfg.rl_stages or env.stages:
         if cfg.rl_tasks == "sft":
             chosen += env.make_tasks("train", rl_train_tasks(cfg), seed=cfg.seed, difficulty=stage)
             continue
@@ -255,7 +258,11 @@ def rl_task_list(cfg: DemoConfig) -> list[Any]:
         pool = env.make_tasks("train", 20 * rl_train_tasks(cfg), seed=cfg.seed + 7919, difficulty=stage)
         fresh = [t for t in pool if env.instance_key(t) not in seen][: rl_train_tasks(cfg)]
         if not fresh:
-            raise ValueError(f"rl_tasks 'disjoint': every {stage!r} training instance is in the SFT data")
+            others = [s for s in (cfg.rl_stages or env.stages) if s != stage]
+            raise ValueError(
+                f"rl_tasks 'disjoint': every {stage!r} training instance is in the SFT data (n_train_tasks "
+                f"{cfg.n_train_tasks}); leave the stage out of RL with --rl_stages {','.join(others)}"
+            )
         chosen += fresh
     return chosen
 
@@ -529,6 +536,11 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(f"eval_split {cfg.eval_split!r}: choose 'test' or 'validation'")
     if cfg.rl_tasks not in ("sft", "disjoint"):
         raise UsageError(f"rl_tasks {cfg.rl_tasks!r}: choose 'sft' or 'disjoint'")
+    unknown_stages = [s for s in cfg.rl_stages or [] if s not in env.stages]
+    if unknown_stages or cfg.rl_stages == [] or len(set(cfg.rl_stages or [])) < len(cfg.rl_stages or []):
+        raise UsageError(
+            f"rl_stages {cfg.rl_stages}: choose distinct stages of {cfg.env_name!r} from {list(env.stages)}"
+        )
     if not cfg.rl_reflection_learning_rate > 0:
         raise UsageError(f"rl_reflection_learning_rate must be > 0, got {cfg.rl_reflection_learning_rate}")
     if not 0.0 <= cfg.rl_gamma <= 1.0:
@@ -546,9 +558,9 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(
             f"rl_batch_size {cfg.rl_batch_size} must be a multiple of rl_num_generations {cfg.rl_num_generations}"
         )
-    if cfg.rl_steps < len(env.stages):
+    if cfg.rl_steps < len(cfg.rl_stages or env.stages):
         raise UsageError(
-            f"rl_steps {cfg.rl_steps}: the curriculum needs at least one step per stage {env.stages}"
+            f"rl_steps {cfg.rl_steps}: the curriculum needs at least one step per stage {cfg.rl_stages or env.stages}"
         )
     if not 0.0 <= cfg.negative_prob <= 1.0:
         raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")

@@ -304,7 +304,9 @@ def demo_jobs(
         if not run.curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
             from reflect_trl.envs import get_env_class
 
-            argv += flags(curriculum_stages=get_env_class(cfg.env_name).stages[-1])
+            argv += flags(curriculum_stages=(cfg.rl_stages or get_env_class(cfg.env_name).stages)[-1])
+        elif cfg.rl_stages:
+            argv += flags(curriculum_stages=",".join(cfg.rl_stages))
         needs = (run.policy,) + ((run.reflection,) if run.reflection else ())
         add(name, "rl", argv + _train_args(cfg, runs / name), needs, runs / name)
 
