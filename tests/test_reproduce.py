@@ -21,6 +21,17 @@ from reflect_trl.pipelines.reproduce import (
 )
 from reflect_trl.pipelines.statistics import paired_bootstrap_difference
 
+# the machine record of a summary (reproduce._machine) for the write-up tests
+_MACHINE = {
+    "cpu_count": 2,
+    "processor": "x86_64",
+    "platform": "Linux",
+    "python": "3.12",
+    "torch": "2",
+    "cuda": False,
+    "torch_threads": 2,
+}
+
 
 def _result(conf, stage, outcomes, decoding="greedy"):
     k, n = sum(outcomes), len(outcomes)
@@ -245,15 +256,7 @@ def test_the_wall_time_table_matches_steps_by_name():
     shows as a dash."""
     from reflect_trl.pipelines.reproduce import results_markdown
 
-    machine = {
-        "cpu_count": 2,
-        "processor": "x86_64",
-        "platform": "Linux",
-        "python": "3.12",
-        "torch": "2",
-        "cuda": False,
-    }
-    machine["torch_threads"] = 2
+    machine = dict(_MACHINE)
     summary = {
         "env_name": "taxi",
         "seeds": [0, 1],
@@ -402,15 +405,7 @@ def test_results_name_the_split_they_were_measured_on():
         "rows": rows,
         "comparisons": [],
         "per_seed": {"0": {"total_seconds": 60, "timings_seconds": {}}},
-        "machine": {
-            "cpu_count": 2,
-            "processor": "x86_64",
-            "platform": "Linux",
-            "python": "3.12",
-            "torch": "2",
-            "cuda": False,
-            "torch_threads": 2,
-        },
+        "machine": _MACHINE,
         "total_seconds": 60,
         "jobs": 1,
     }
