@@ -83,7 +83,8 @@ class DemoConfig:
     # (design D3, scarce demonstrations; the held-out comparisons then count only instances seen by neither)
     rl_tasks: str = "sft"
     # the curriculum stages RL trains on (None = every stage of the environment). Design D3 at K = 30 leaves out
-    # DangerousTaxi's `dropoff`: its 12 start states are all SFT tasks, so no disjoint RL task exists for it
+    # DangerousTaxi's `dropoff`: on seeds 1 and 4 the SFT tasks pose all 12 of its start states, so no disjoint RL
+    # task exists for it
     rl_stages: list[str] | None = None
     # learning rate of the reflection player in the configurations where it learns (both_learn, reflection_learns)
     rl_reflection_learning_rate: float = 1e-4
