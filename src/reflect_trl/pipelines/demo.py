@@ -30,6 +30,7 @@ from reflect_trl.pipelines.protocols import (
     SFT_RUNS,
     configurations_of,
     demo_jobs,
+    rl_stages_of,
 )
 
 
@@ -250,7 +251,8 @@ def rl_task_list(cfg: DemoConfig) -> list[Any]:
 
     env = make_env(cfg.env_name, **dict(cfg.env_kwargs))
     chosen = []
-    for stage in cfg.rl_stages or env.stages:
+    stages = rl_stages_of(cfg)
+    for stage in stages:
         if cfg.rl_tasks == "sft":
             chosen += env.make_tasks("train", rl_train_tasks(cfg), seed=cfg.seed, difficulty=stage)
             continue
@@ -259,7 +261,7 @@ def rl_task_list(cfg: DemoConfig) -> list[Any]:
         pool = env.make_tasks("train", 20 * rl_train_tasks(cfg), seed=cfg.seed + 7919, difficulty=stage)
         fresh = [t for t in pool if env.instance_key(t) not in seen][: rl_train_tasks(cfg)]
         if not fresh:
-            others = [s for s in (cfg.rl_stages or env.stages) if s != stage]
+            others = [s for s in stages if s != stage]
             raise ValueError(
                 f"rl_tasks 'disjoint': every {stage!r} training instance is in the SFT data (n_train_tasks "
                 f"{cfg.n_train_tasks}); leave the stage out of RL with --rl_stages {','.join(others)}"
@@ -459,12 +461,6 @@ def _finish(cfg: DemoConfig, progress, report, paths, plots, runs: Path, out: Pa
     return summary
 
 
-def _stages(cfg: DemoConfig) -> list[str]:
-    from reflect_trl.envs import get_env_class
-
-    return list(get_env_class(cfg.env_name).stages)
-
-
 def results_markdown(summary: dict[str, Any], table: str) -> str:
     cfg = summary["config"]
     timings = "\n".join(f"| {k} | {v:.0f} s |" for k, v in summary["timings_seconds"].items())
@@ -537,8 +533,11 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(f"eval_split {cfg.eval_split!r}: choose 'test' or 'validation'")
     if cfg.rl_tasks not in ("sft", "disjoint"):
         raise UsageError(f"rl_tasks {cfg.rl_tasks!r}: choose 'sft' or 'disjoint'")
-    unknown_stages = [s for s in cfg.rl_stages or [] if s not in env.stages]
-    if unknown_stages or cfg.rl_stages == [] or len(set(cfg.rl_stages or [])) < len(cfg.rl_stages or []):
+    if cfg.rl_stages is not None and (
+        not cfg.rl_stages
+        or len(set(cfg.rl_stages)) < len(cfg.rl_stages)
+        or not set(cfg.rl_stages) <= set(env.stages)
+    ):
         raise UsageError(
             f"rl_stages {cfg.rl_stages}: choose distinct stages of {cfg.env_name!r} from {list(env.stages)}"
         )
@@ -559,9 +558,9 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(
             f"rl_batch_size {cfg.rl_batch_size} must be a multiple of rl_num_generations {cfg.rl_num_generations}"
         )
-    if cfg.rl_steps < len(cfg.rl_stages or env.stages):
+    if cfg.rl_steps < len(rl_stages_of(cfg)):
         raise UsageError(
-            f"rl_steps {cfg.rl_steps}: the curriculum needs at least one step per stage {cfg.rl_stages or env.stages}"
+            f"rl_steps {cfg.rl_steps}: the curriculum needs at least one step per stage {rl_stages_of(cfg)}"
         )
     if not 0.0 <= cfg.negative_prob <= 1.0:
         raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")

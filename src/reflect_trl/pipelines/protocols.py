@@ -131,6 +131,13 @@ def configurations_of(cfg: DemoConfig) -> list[str]:
     return list(cfg.configurations or PROTOCOLS[cfg.protocol].configurations)
 
 
+def rl_stages_of(cfg: DemoConfig) -> list[str]:
+    """The curriculum stages the demo's RL runs train on (its ``rl_stages``, else every stage of the environment)."""
+    from reflect_trl.envs import get_env_class
+
+    return list(cfg.rl_stages or get_env_class(cfg.env_name).stages)
+
+
 def needed_runs(cfg: DemoConfig) -> list[str]:
     """Every SFT and RL run the configurations need, dependencies first."""
     runs: dict[str, None] = {}
@@ -302,9 +309,7 @@ def demo_jobs(
         if run.reflection and reflection_base_url:  # the served model is named by its path
             argv += flags(reflection_backend="openai", reflection_base_url=reflection_base_url)
         if not run.curriculum:  # the paper's "w/o curriculum": train on the hardest stage only
-            from reflect_trl.envs import get_env_class
-
-            argv += flags(curriculum_stages=(cfg.rl_stages or get_env_class(cfg.env_name).stages)[-1])
+            argv += flags(curriculum_stages=rl_stages_of(cfg)[-1])
         elif cfg.rl_stages:
             argv += flags(curriculum_stages=",".join(cfg.rl_stages))
         needs = (run.policy,) + ((run.reflection,) if run.reflection else ())
@@ -332,6 +337,7 @@ __all__ = [
     "demo_jobs",
     "flags",
     "needed_runs",
+    "rl_stages_of",
     "relabelled",
     "sft_dataset",
     "sft_learning_rate",
