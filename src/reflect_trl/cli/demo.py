@@ -107,7 +107,8 @@ def demo_config_from_cli(argv: Sequence[str] | None = None) -> DemoConfig:
     parser.add_argument(
         "--evaluate_only",
         action="store_true",
-        help="only the last step: evaluate the finished runs in --output_dir and write the table and summary",
+        help="only the last step: evaluate the finished runs in --output_dir and write the table and summary "
+        "(a configuration evaluated there before, with the same runs and settings, is reused)",
     )
     args, rest = parser.parse_known_args(argv)
     if args.no_progress:

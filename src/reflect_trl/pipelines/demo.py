@@ -305,7 +305,7 @@ def run_demo(cfg: DemoConfig, rerun: bool = False) -> dict[str, Any]:
                 flush=True,
             )
         _train(cfg, progress, base, data, runs, out, base_url, rerun)
-        report, paths, plots = evaluate_demo_runs(cfg, progress, base_url)
+        report, paths, plots = evaluate_demo_runs(cfg, progress, base_url, reuse=not rerun)
     return _finish(cfg, progress, report, paths, plots, runs, out)
 
 
@@ -400,9 +400,11 @@ def job_label(job: Job) -> str:
     return {"sft": "SFT", "rl": "RL", "relabel": "relabel"}.get(job.command, job.command)
 
 
-def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None):
-    """Step 5: the held-out evaluation of the demo's runs, the learning curves and the success bars."""
-    from reflect_trl.evaluation import evaluate
+def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None, reuse: bool = True):
+    """Step 5: the held-out evaluation of the demo's runs, the learning curves and the success bars. A configuration
+    evaluated before in the same folder, with the same runs and settings, is reused unless ``reuse`` is false
+    (:mod:`reflect_trl.pipelines.eval_cache`)."""
+    from reflect_trl.pipelines.eval_cache import evaluate_reusing
     from reflect_trl.pipelines.plotting import (
         load_log_history,
         plot_eval_curves_if_logged,
@@ -414,8 +416,9 @@ def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None):
     runs = out / "runs"
     with progress.step("5/5 evaluation, table and plots"):
         settings = demo_eval_settings(cfg, base_url)
-        report = evaluate(demo_eval_configurations(cfg, runs), settings)
-        paths = report.write(out / "eval")
+        report, paths = evaluate_reusing(
+            demo_eval_configurations(cfg, runs), settings, out / "eval", reuse=reuse
+        )
         curves = {
             c.label: load_log_history(runs / c.policy)
             for c in (CONFIGURATIONS[name] for name in configurations_of(cfg))
