@@ -153,11 +153,14 @@ def test_compare_reports_every_pair_and_stage():
             for stage in ("pickup", "dropoff")
         ]
     comparisons = compare(per_seed, COMPARISONS, ("greedy",), resamples=300)
-    pairs = {(c["b"], c["stage"]) for c in comparisons}
-    assert pairs == {(b, s) for b in ("Reflect SFT (before RL)", "SFT only") for s in ("pickup", "dropoff")}
+    pairs = {(c["a"], c["b"], c["stage"]) for c in comparisons}
+    stated = [("Reflect-RL", "Reflect SFT (before RL)"), ("Reflect-RL", "SFT only")]
+    stated += [("Reflect SFT (before RL)", "SFT only")]  # reflection without RL
+    assert pairs == {(a, b, s) for a, b in stated for s in ("pickup", "dropoff")}
     for c in comparisons:
-        assert c["a"] == "Reflect-RL" and c["diff"] == pytest.approx(0.5)
-        assert c["per_seed_diff"] == [0.5, 0.5]
+        expected = 0.0 if c["a"] == "Reflect SFT (before RL)" else 0.5  # both score [0, 1, 0, 0]
+        assert c["diff"] == pytest.approx(expected)
+        assert c["per_seed_diff"] == [expected, expected]
         assert c["ci_low"] <= c["diff"] <= c["ci_high"]
 
 
