@@ -45,7 +45,7 @@ def test_smoke_demo_produces_every_output(tmp_path):
     assert len(list((out / "eval" / "transcripts").glob("*.jsonl"))) == len(results)
     assert set(summary["timings_seconds"]) and summary["total_seconds"] > 0
     # `demo --evaluate_only` (reproduce's evaluation job) on the finished runs: every configuration's evaluation
-    # is reused (pipelines.eval_cache), so the table is the recorded one, wall times included
+    # is reused (pipelines.eval_step), so the table is the recorded one, wall times included
     from reflect_trl.cli.demo import demo_cli
 
     assert len(list((out / "eval" / "cache").glob("*.json"))) == len(TABLE_ROWS)

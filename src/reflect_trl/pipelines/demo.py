@@ -109,7 +109,7 @@ class DemoConfig:
     # torch intra-op threads (0 = torch's default)
     torch_threads: int = 0
     # SFT / relabel / RL steps run at once, each in its own process with one thread (1 = one after the other, in
-    # this process)
+    # this process); the evaluation is shared out to as many processes
     jobs: int = 2
 
     @classmethod
@@ -305,7 +305,7 @@ def run_demo(cfg: DemoConfig, rerun: bool = False) -> dict[str, Any]:
                 flush=True,
             )
         _train(cfg, progress, base, data, runs, out, base_url, rerun)
-        report, paths, plots = evaluate_demo_runs(cfg, progress, base_url, reuse=not rerun)
+        report, paths, plots = evaluate_demo_runs(cfg, progress, base_url, reuse=not rerun, workers=cfg.jobs)
     return _finish(cfg, progress, report, paths, plots, runs, out)
 
 
@@ -400,11 +400,14 @@ def job_label(job: Job) -> str:
     return {"sft": "SFT", "rl": "RL", "relabel": "relabel"}.get(job.command, job.command)
 
 
-def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None, reuse: bool = True):
-    """Step 5: the held-out evaluation of the demo's runs, the learning curves and the success bars. A configuration
-    evaluated before in the same folder, with the same runs and settings, is reused unless ``reuse`` is false
-    (:mod:`reflect_trl.pipelines.eval_cache`)."""
-    from reflect_trl.pipelines.eval_cache import evaluate_reusing
+def evaluate_demo_runs(
+    cfg: DemoConfig, progress, base_url: str | None = None, reuse: bool = True, workers: int = 1
+):
+    """Step 5: the held-out evaluation of the demo's runs (in ``workers`` processes), the learning curves and the
+    success bars. A configuration evaluated before in the same folder, with the same runs and settings, is reused
+    unless ``reuse`` is false (:mod:`reflect_trl.pipelines.eval_step`). ``reproduce`` runs this step as one job of its
+    pool, so there it keeps to one process."""
+    from reflect_trl.pipelines.eval_step import evaluate_reusing
     from reflect_trl.pipelines.plotting import (
         load_log_history,
         plot_eval_curves_if_logged,
@@ -416,9 +419,8 @@ def evaluate_demo_runs(cfg: DemoConfig, progress, base_url: str | None = None, r
     runs = out / "runs"
     with progress.step("5/5 evaluation, table and plots"):
         settings = demo_eval_settings(cfg, base_url)
-        report, paths = evaluate_reusing(
-            demo_eval_configurations(cfg, runs), settings, out / "eval", reuse=reuse
-        )
+        configurations = demo_eval_configurations(cfg, runs)
+        report, paths = evaluate_reusing(configurations, settings, out / "eval", reuse=reuse, workers=workers)
         curves = {
             c.label: load_log_history(runs / c.policy)
             for c in (CONFIGURATIONS[name] for name in configurations_of(cfg))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reflect_trl.evaluation import EvalConfiguration, EvalSettings
-from reflect_trl.pipelines import eval_cache
+from reflect_trl.pipelines import eval_step
 from reflect_trl.pipelines.jobs import DONE_MARKER
 
 SETTINGS = EvalSettings(
@@ -30,15 +30,15 @@ def _run(root: Path, name: str, model: str, argv: list[str] | None = None) -> st
 
 @pytest.fixture
 def evaluated(monkeypatch):
-    """The configurations :func:`eval_cache.evaluate_reusing` hands to the evaluation, call by call."""
+    """The configurations :func:`eval_step.evaluate_reusing` hands to the evaluation, call by call."""
     calls: list[list[str]] = []
-    real = eval_cache.evaluate
+    real = eval_step.evaluate
 
     def counting(configurations, settings, progress=True):
         calls.append([c.name for c in configurations])
         return real(configurations, settings, progress=False)
 
-    monkeypatch.setattr(eval_cache, "evaluate", counting)
+    monkeypatch.setattr(eval_step, "evaluate", counting)
     return calls
 
 
@@ -53,13 +53,13 @@ def test_an_unchanged_configuration_is_not_evaluated_again(tiny_model_dir, tmp_p
     plain = EvalConfiguration("plain", policy)
     reflect = EvalConfiguration("reflect", policy, reflection=reflection)
 
-    first, paths = eval_cache.evaluate_reusing([plain], SETTINGS, eval_dir, say=lambda m: None)
+    first, paths = eval_step.evaluate_reusing([plain], SETTINGS, eval_dir, say=lambda m: None)
     assert evaluated == [["plain"]] and len(first.results) == 2  # greedy and sampled
     assert json.loads(paths["json"].read_text())["results"] == [asdict(r) for r in first.results]
 
     # a configuration added to a finished evaluation: only it is evaluated; the table has both, in order
     messages: list[str] = []
-    both, _ = eval_cache.evaluate_reusing([plain, reflect], SETTINGS, eval_dir, say=messages.append)
+    both, _ = eval_step.evaluate_reusing([plain, reflect], SETTINGS, eval_dir, say=messages.append)
     assert evaluated[-1] == ["reflect"]
     assert [r.configuration for r in both.results] == ["plain", "plain", "reflect", "reflect"]
     assert both.results[:2] == first.results  # reused as recorded, wall times included
@@ -69,11 +69,11 @@ def test_an_unchanged_configuration_is_not_evaluated_again(tiny_model_dir, tmp_p
     assert len(list((eval_dir / "transcripts").glob("*.jsonl"))) == 4
 
     # nothing changed: nothing is evaluated, the results are the recorded ones
-    again, _ = eval_cache.evaluate_reusing([plain, reflect], SETTINGS, eval_dir, say=lambda m: None)
+    again, _ = eval_step.evaluate_reusing([plain, reflect], SETTINGS, eval_dir, say=lambda m: None)
     assert len(evaluated) == 2 and again.results == both.results
 
     # the reused results are those a fresh evaluation gives
-    fresh, _ = eval_cache.evaluate_reusing([plain, reflect], SETTINGS, tmp_path / "fresh", say=lambda m: None)
+    fresh, _ = eval_step.evaluate_reusing([plain, reflect], SETTINGS, tmp_path / "fresh", say=lambda m: None)
     assert _outcomes(fresh) == _outcomes(again)
 
 
@@ -84,10 +84,10 @@ def test_a_rerun_job_other_settings_or_lost_transcripts_mean_evaluating_again(
     policy = _run(runs, "rl_both", tiny_model_dir)
     shutil.copytree(tiny_model_dir, Path(policy) / "reflection")  # a learned reflection inside the RL run
     reflect = EvalConfiguration("both", policy, reflection=str(Path(policy) / "reflection"))
-    assert eval_cache.cache_key(reflect, SETTINGS)["runs"]["reflection"]["job"]["command"] == "rl"
+    assert eval_step.cache_key(reflect, SETTINGS)["runs"]["reflection"]["job"]["command"] == "rl"
 
     def evaluate(configuration=reflect, settings=SETTINGS, **kwargs):
-        eval_cache.evaluate_reusing([configuration], settings, eval_dir, say=lambda m: None, **kwargs)
+        eval_step.evaluate_reusing([configuration], settings, eval_dir, say=lambda m: None, **kwargs)
         return len(evaluated)
 
     assert evaluate() == 1 and evaluate() == 1
@@ -112,8 +112,48 @@ def test_a_rerun_job_other_settings_or_lost_transcripts_mean_evaluating_again(
 
 def test_a_model_no_job_wrote_is_always_evaluated(tiny_model_dir, tmp_path, evaluated):
     hand_made = EvalConfiguration("hand-made", tiny_model_dir)  # no job record: nothing says it is unchanged
-    assert eval_cache.cache_key(hand_made, SETTINGS) is None
+    assert eval_step.cache_key(hand_made, SETTINGS) is None
     for _ in range(2):
-        eval_cache.evaluate_reusing([hand_made], SETTINGS, tmp_path / "eval", say=lambda m: None)
+        eval_step.evaluate_reusing([hand_made], SETTINGS, tmp_path / "eval", say=lambda m: None)
     assert evaluated == [["hand-made"], ["hand-made"]]
-    assert not list((tmp_path / "eval" / eval_cache.CACHE_DIR).glob("*.json"))
+    assert not list((tmp_path / "eval" / eval_step.CACHE_DIR).glob("*.json"))
+
+
+def test_workers_share_out_the_configurations_and_change_no_result(tiny_model_dir, tmp_path):
+    runs = tmp_path / "runs"
+    policy = _run(runs, "rl_reflect", tiny_model_dir)
+    reflection = _run(runs, "sft_reflection", tiny_model_dir)
+    configurations = [
+        EvalConfiguration("plain", policy),
+        EvalConfiguration("reflect", policy, reflection=reflection),
+        EvalConfiguration("oracle", "oracle"),
+    ]
+    groups = eval_step.share_out(configurations, 2)
+    assert [[c.name for c in g] for g in groups] == [["reflect"], ["plain", "oracle"]]
+    assert sorted(c.name for g in eval_step.share_out(configurations, 8) for c in g) == [
+        "oracle",
+        "plain",
+        "reflect",
+    ]
+
+    messages: list[str] = []
+    split, paths = eval_step.evaluate_reusing(
+        configurations, SETTINGS, tmp_path / "split", workers=2, say=messages.append
+    )
+    alone, _ = eval_step.evaluate_reusing(configurations, SETTINGS, tmp_path / "alone", say=lambda m: None)
+    assert [r.configuration for r in split.results] == ["plain"] * 2 + ["reflect"] * 2 + ["oracle"]
+    assert _outcomes(split) == _outcomes(alone)
+    assert sum("evaluation" in m and "done" in m for m in messages) == 2
+    assert json.loads(paths["json"].read_text())["results"] == [asdict(r) for r in split.results]
+    for folder in ("split", "alone"):  # the same transcripts, in the same place
+        names = sorted(p.name for p in (tmp_path / folder / "transcripts").glob("*.jsonl"))
+        assert len(names) == 5
+    for name in names:
+        assert (tmp_path / "split" / "transcripts" / name).read_text() == (
+            tmp_path / "alone" / "transcripts" / name
+        ).read_text()
+    # the split's results are recorded for reuse like any others (the hand-made oracle has no job record)
+    assert sorted(p.stem for p in (tmp_path / "split" / eval_step.CACHE_DIR).glob("*.json")) == [
+        "plain",
+        "reflect",
+    ]
