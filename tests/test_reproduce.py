@@ -164,6 +164,34 @@ def test_compare_reports_every_pair_and_stage():
         assert c["ci_low"] <= c["diff"] <= c["ci_high"]
 
 
+def test_an_interval_does_not_depend_on_the_other_rows_and_pairs():
+    """Adding a configuration to a summary leaves the intervals of the rows and comparisons it had unchanged."""
+    import random
+
+    rng = random.Random(0)
+    confs = ("Reflect-RL", "Reflect SFT (before RL)", "SFT only")
+    per_seed = {
+        seed: [
+            _result(c, stage, [rng.randint(0, 1) for _ in range(12)]) for c in confs for stage in ("a", "b")
+        ]
+        for seed in (0, 1, 2)
+    }
+    # without the configuration listed second: the others' rows and pairs come at other positions
+    fewer = {
+        seed: [r for r in results if r["configuration"] != "Reflect SFT (before RL)"]
+        for seed, results in per_seed.items()
+    }
+    key_row = lambda r: (r["configuration"], r["stage"], r["decoding"])  # noqa: E731
+    rows_all = {key_row(r): (r["ci_low"], r["ci_high"]) for r in pool_rows(per_seed, resamples=300)}
+    rows_few = {key_row(r): (r["ci_low"], r["ci_high"]) for r in pool_rows(fewer, resamples=300)}
+    assert len(rows_few) == 4 and all(rows_all[k] == v for k, v in rows_few.items())
+    key = lambda c: (c["a"], c["b"], c["stage"], c["decoding"])  # noqa: E731
+    all_pairs = {key(c): (c["ci_low"], c["ci_high"]) for c in compare(per_seed, COMPARISONS, resamples=300)}
+    few_pairs = {key(c): (c["ci_low"], c["ci_high"]) for c in compare(fewer, COMPARISONS, resamples=300)}
+    assert len(few_pairs) == 2 and len(all_pairs) == 6  # Reflect-RL - SFT only, per stage
+    assert all(all_pairs[k] == v for k, v in few_pairs.items())
+
+
 @pytest.mark.slow
 def test_reproduce_smoke_two_seeds(tmp_path):
     """Two seeds' jobs in one pool of two worker processes; the pooled counts are the sums of the seeds' own

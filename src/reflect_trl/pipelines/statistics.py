@@ -9,6 +9,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reflect_trl.seeding import derive_seed
+
 
 # ------------------------------------------------------------------------------------------------- statistics
 def _outcomes_by_exposure(
@@ -81,7 +83,8 @@ def pool_rows(
             [list(c["outcomes"]) for c in cells],
             [list(c.get("instances") or range(len(c["outcomes"]))) for c in cells],
             resamples,
-            seed=len(rows),
+            # seeded by the row itself: its interval does not depend on which other rows the summary has
+            seed=derive_seed("row", configuration, stage, decoding),
         )
         rows.append(
             {
@@ -257,7 +260,10 @@ def compare(
             keys = [instances(r) for r in ra]
             if keys != [instances(r) for r in rb]:
                 raise ValueError(f"{a!r} and {b!r} did not play the same instances of stage {stage!r}")
-            diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=len(out), instances=keys)
+            seed = derive_seed(
+                "comparison", a, decoding_a, b, chosen_b, stage
+            )  # independent of the other pairs
+            diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=seed, instances=keys)
             per_seed_diff = [(sum(x) - sum(y)) / len(x) if x else None for x, y in zip(oa, ob, strict=True)]
             out.append(
                 {
