@@ -260,9 +260,8 @@ def compare(
             keys = [instances(r) for r in ra]
             if keys != [instances(r) for r in rb]:
                 raise ValueError(f"{a!r} and {b!r} did not play the same instances of stage {stage!r}")
-            seed = derive_seed(
-                "comparison", a, decoding_a, b, chosen_b, stage
-            )  # independent of the other pairs
+            # seeded by the comparison itself: its interval does not depend on which other pairs are compared
+            seed = derive_seed("comparison", a, decoding_a, b, chosen_b, stage)
             diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=seed, instances=keys)
             per_seed_diff = [(sum(x) - sum(y)) / len(x) if x else None for x, y in zip(oa, ob, strict=True)]
             out.append(
