@@ -457,6 +457,11 @@ class EvalReport:
         return paths
 
 
+def transcript_key(configuration: str, stage: str, decoding: str) -> str:
+    """The key of one cell's transcripts in :attr:`EvalReport.transcripts` (its file: ``transcripts/<safe key>.jsonl``)."""
+    return f"{configuration}__{stage}__{decoding}"
+
+
 def safe_filename(name: str) -> str:
     """A file name for a configuration/stage key (spaces and slashes become underscores)."""
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", name).strip("_") or "unnamed"
@@ -521,7 +526,9 @@ def evaluate(
                     conf.name, stage, decoding, episodes, time.perf_counter() - start, instances[stage]
                 )
                 report.results.append(result)
-                report.transcripts[f"{conf.name}__{stage}__{decoding}"] = [ep.transcript() for ep in episodes]
+                report.transcripts[transcript_key(conf.name, stage, decoding)] = [
+                    ep.transcript() for ep in episodes
+                ]
                 bar.update(1)
                 if progress:
                     bar.write(

@@ -29,6 +29,7 @@ from reflect_trl.evaluation import (
     EvalSettings,
     evaluate,
     safe_filename,
+    transcript_key,
 )
 from reflect_trl.pipelines.jobs import DONE_MARKER, Job, run_jobs
 
@@ -65,7 +66,7 @@ def cache_key(configuration: EvalConfiguration, settings: EvalSettings) -> dict[
 
 def transcript_files(eval_dir: Path, results: Sequence[dict[str, Any]]) -> list[Path]:
     """The transcript files :meth:`EvalReport.write` gives these results."""
-    keys = ("__".join((r["configuration"], r["stage"], r["decoding"])) for r in results)
+    keys = (transcript_key(r["configuration"], r["stage"], r["decoding"]) for r in results)
     return [eval_dir / "transcripts" / f"{safe_filename(key)}.jsonl" for key in keys]
 
 
