@@ -44,6 +44,12 @@ def test_smoke_demo_produces_every_output(tmp_path):
     assert len(results) == len(TABLE_ROWS) * 3  # three DangerousTaxi stages, greedy decoding
     assert len(list((out / "eval" / "transcripts").glob("*.jsonl"))) == len(results)
     assert set(summary["timings_seconds"]) and summary["total_seconds"] > 0
+    # every row was evaluated by its own job in the training graph
+    assert {f"evaluation {label}" for label, _, _ in TABLE_ROWS} <= set(summary["timings_seconds"])
+    # the same demo again: every job and every evaluation is reused
+    repeated = run_demo(DemoConfig.smoke(str(out)))
+    assert repeated["results"] == summary["results"]
+    assert not [k for k in repeated["timings_seconds"] if k.startswith(("evaluation ", "SFT ", "RL "))]
     # `demo --evaluate_only` (reproduce's evaluation job) on the finished runs: every configuration's evaluation
     # is reused (pipelines.eval_step), so the table is the recorded one, wall times included
     from reflect_trl.cli.demo import demo_cli

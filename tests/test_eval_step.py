@@ -119,7 +119,7 @@ def test_a_model_no_job_wrote_is_always_evaluated(tiny_model_dir, tmp_path, eval
     assert not list((tmp_path / "eval" / eval_step.CACHE_DIR).glob("*.json"))
 
 
-def test_workers_share_out_the_configurations_and_change_no_result(tiny_model_dir, tmp_path):
+def test_workers_evaluate_one_configuration_each_and_change_no_result(tiny_model_dir, tmp_path):
     runs = tmp_path / "runs"
     policy = _run(runs, "rl_reflect", tiny_model_dir)
     reflection = _run(runs, "sft_reflection", tiny_model_dir)
@@ -127,13 +127,6 @@ def test_workers_share_out_the_configurations_and_change_no_result(tiny_model_di
         EvalConfiguration("plain", policy),
         EvalConfiguration("reflect", policy, reflection=reflection),
         EvalConfiguration("oracle", "oracle"),
-    ]
-    groups = eval_step.share_out(configurations, 2)
-    assert [[c.name for c in g] for g in groups] == [["reflect"], ["plain", "oracle"]]
-    assert sorted(c.name for g in eval_step.share_out(configurations, 8) for c in g) == [
-        "oracle",
-        "plain",
-        "reflect",
     ]
 
     messages: list[str] = []
@@ -143,7 +136,14 @@ def test_workers_share_out_the_configurations_and_change_no_result(tiny_model_di
     alone, _ = eval_step.evaluate_reusing(configurations, SETTINGS, tmp_path / "alone", say=lambda m: None)
     assert [r.configuration for r in split.results] == ["plain"] * 2 + ["reflect"] * 2 + ["oracle"]
     assert _outcomes(split) == _outcomes(alone)
-    assert sum("evaluation" in m and "done" in m for m in messages) == 2
+    started = [m for m in messages if " started (log " in m]
+    assert len(started) == 3 and started[0].startswith(
+        "[eval] reflect started"
+    )  # reflection models take longest
+    assert f"(log {tmp_path / 'split' / 'workers' / 'reflect.log'})" in started[0]
+    assert (
+        split.reflection_memos == alone.reflection_memos and split.reflection_memos[reflection]["lookups"] > 0
+    )
     assert json.loads(paths["json"].read_text())["results"] == [asdict(r) for r in split.results]
     for folder in ("split", "alone"):  # the same transcripts, in the same place
         names = sorted(p.name for p in (tmp_path / folder / "transcripts").glob("*.jsonl"))
@@ -157,3 +157,29 @@ def test_workers_share_out_the_configurations_and_change_no_result(tiny_model_di
         "plain",
         "reflect",
     ]
+
+
+def test_a_configuration_job_records_its_evaluation_where_the_step_finds_it(
+    tiny_model_dir, tmp_path, evaluated
+):
+    """A pipeline puts the job in its training graph; the evaluation step then only assembles the table."""
+    from reflect_trl.evaluation import evaluate
+    from reflect_trl.pipelines.jobs import Job, run_jobs
+
+    runs, eval_dir = tmp_path / "runs", tmp_path / "eval"
+    reflect = EvalConfiguration(
+        "reflect", _run(runs, "rl_reflect", tiny_model_dir), _run(runs, "sft_reflection", tiny_model_dir)
+    )
+    trains = Job("train", "envs", [])  # stands for the job that trains the runs
+    job = eval_step.configuration_job(reflect, SETTINGS, eval_dir, needs=("train",))
+    assert job.name == "reflect" and job.command == "eval"
+    events: list[tuple[str, str]] = []
+    run_jobs([trains, job], report=lambda name, event, seconds: events.append((name, event)))
+    assert events == [("train", "start"), ("train", "done"), ("reflect", "start"), ("reflect", "done")]
+    assert len(list((eval_dir / "transcripts").glob("*.jsonl"))) == 2
+
+    report, _ = eval_step.evaluate_reusing([reflect], SETTINGS, eval_dir, say=lambda m: None)
+    assert evaluated == []  # found recorded
+    direct = evaluate([reflect], SETTINGS, progress=False)
+    assert _outcomes(report) == _outcomes(direct)
+    assert report.reflection_memos == direct.reflection_memos != {}

@@ -305,7 +305,8 @@ def run_demo(cfg: DemoConfig, rerun: bool = False) -> dict[str, Any]:
                 flush=True,
             )
         _train(cfg, progress, base, data, runs, out, base_url, rerun)
-        report, paths, plots = evaluate_demo_runs(cfg, progress, base_url, reuse=not rerun, workers=cfg.jobs)
+        # the graph evaluated every configuration (or found its evaluation recorded): this step assembles the table
+        report, paths, plots = evaluate_demo_runs(cfg, progress, base_url, workers=cfg.jobs)
     return _finish(cfg, progress, report, paths, plots, runs, out)
 
 
@@ -380,7 +381,8 @@ def _train(
     rerun: bool = False,
 ) -> None:
     jobs = demo_jobs(cfg, base, data, runs, reflection_base_url=base_url)
-    with progress.step(f"3-4/5 SFT, relabel and RL: {len(jobs)} jobs, {cfg.jobs} at a time"):
+    jobs += evaluation_jobs(cfg, jobs, demo_eval_settings(cfg, base_url), reuse=not rerun)
+    with progress.step(f"3-5/5 SFT, relabel, RL and evaluation: {len(jobs)} jobs, {cfg.jobs} at a time"):
 
         def report(name: str, event: str, seconds: float) -> None:
             kind = job_label(next(j for j in jobs if j.name == name))
@@ -396,8 +398,32 @@ def _train(
 
 
 def job_label(job: Job) -> str:
-    """The kind of a demo job as its timing key names it (``SFT``, ``RL``, ``relabel``)."""
-    return {"sft": "SFT", "rl": "RL", "relabel": "relabel"}.get(job.command, job.command)
+    """The kind of a demo job as its timing key names it (``SFT``, ``RL``, ``relabel``, ``evaluation``)."""
+    return {"sft": "SFT", "rl": "RL", "relabel": "relabel", "eval": "evaluation"}.get(
+        job.command, job.command
+    )
+
+
+def evaluation_jobs(cfg: DemoConfig, training: list[Job], settings, reuse: bool = True) -> list[Job]:
+    """One evaluation job per row of the demo's table (:func:`reflect_trl.pipelines.eval_step.configuration_job`),
+    needing the jobs that train its runs, so it starts as soon as they are done instead of after every run. With
+    ``reuse``, a row gets no job when the jobs of its runs will be reused and its evaluation is recorded."""
+    from reflect_trl.pipelines.eval_step import cached_entry, configuration_job
+    from reflect_trl.pipelines.jobs import finished_before
+
+    eval_dir = Path(cfg.output_dir) / "eval"
+    names = {job.name for job in training}
+    kept = {job.name for job in training if reuse and finished_before(job)}
+    rows = [CONFIGURATIONS[name] for name in configurations_of(cfg)]
+    jobs = []
+    for row, configuration in zip(
+        rows, demo_eval_configurations(cfg, Path(cfg.output_dir) / "runs"), strict=True
+    ):
+        needs = tuple(run for run in (row.policy, row.reflection) if run in names)
+        if reuse and set(needs) <= kept and cached_entry(configuration, settings, eval_dir) is not None:
+            continue
+        jobs.append(configuration_job(configuration, settings, eval_dir, needs))
+    return jobs
 
 
 def evaluate_demo_runs(

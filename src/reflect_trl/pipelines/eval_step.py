@@ -1,5 +1,5 @@
-"""The pipelines' evaluation step (``demo``, ``reproduce``): reuse of earlier evaluations, and evaluation split over
-worker processes.
+"""The pipelines' evaluation step (``demo``, ``reproduce``): reuse of earlier evaluations, and one evaluation job per
+configuration.
 
 **Reuse.** A configuration whose runs and evaluation settings are unchanged since it was last evaluated in the same
 folder is not evaluated again. Its cache entry (``<eval dir>/cache/<configuration>.json``) holds its results and a
@@ -9,9 +9,12 @@ record, so the entry no longer matches; a model without a job record (a hub id, 
 evaluated. The entry is written after the configuration's transcripts, and an entry whose transcripts are gone is
 evaluated again.
 
-**Workers.** With ``workers`` > 1 the configurations to evaluate are shared out to that many ``reflect-trl eval``
-processes (one thread each, :func:`reflect_trl.pipelines.jobs.run_jobs`); every configuration's episodes are seeded
-per stage and decoding, so the split does not change a result.
+**Jobs.** :func:`configuration_job` is a ``reflect-trl eval`` job of one configuration that records its results in the
+cache when it finishes, so a pipeline can put it in its training graph (it starts as soon as its runs are trained)
+and then assemble the table from the cache. :func:`evaluate_in_workers` runs such jobs in a pool. Every
+configuration's episodes are seeded per stage and decoding, so which process evaluates it changes no result. One
+thing is not shared between jobs: the greedy reflection memo, so configurations that read the same reflection model
+each generate their own reflections.
 """
 
 from __future__ import annotations
@@ -70,13 +73,14 @@ def transcript_files(eval_dir: Path, results: Sequence[dict[str, Any]]) -> list[
     return [eval_dir / "transcripts" / f"{safe_filename(key)}.jsonl" for key in keys]
 
 
-def cached_results(
+def cached_entry(
     configuration: EvalConfiguration, settings: EvalSettings, eval_dir: Path
-) -> list[EvalResult] | None:
-    """The results recorded for ``configuration`` in ``eval_dir`` if its key still matches and its transcripts are
-    there, else ``None``."""
+) -> dict[str, Any] | None:
+    """The evaluation recorded for ``configuration`` in ``eval_dir`` (``results``: its :class:`EvalResult` list;
+    ``reflection_memos``: the memo counts of its own evaluation, empty when it was evaluated together with others) if
+    its key still matches and its transcripts are there, else ``None``."""
     key = cache_key(configuration, settings)
-    path = eval_dir / CACHE_DIR / f"{safe_filename(configuration.name)}.json"
+    path = Path(eval_dir) / CACHE_DIR / f"{safe_filename(configuration.name)}.json"
     if key is None or not path.is_file():
         return None
     try:
@@ -87,38 +91,79 @@ def cached_results(
     if (
         entry.get("key") != key
         or not results
-        or not all(p.is_file() for p in transcript_files(eval_dir, results))
+        or not all(p.is_file() for p in transcript_files(Path(eval_dir), results))
     ):
         return None
-    return [EvalResult(**r) for r in results]
+    return {
+        "results": [EvalResult(**r) for r in results],
+        "reflection_memos": entry.get("reflection_memos") or {},
+    }
 
 
-def save_cache_entries(
-    report: EvalReport, eval_dir: Path, configurations: Sequence[EvalConfiguration]
+def save_cache_entry(
+    configuration: EvalConfiguration,
+    settings: EvalSettings,
+    results: Sequence[EvalResult],
+    eval_dir: Path,
+    reflection_memos: dict[str, dict[str, int]] | None = None,
 ) -> None:
-    """Record ``configurations``' results of ``report`` (already written to ``eval_dir``) for later reuse."""
-    (eval_dir / CACHE_DIR).mkdir(parents=True, exist_ok=True)
-    for configuration in configurations:
-        key = cache_key(configuration, report.settings)
-        if key is None:
-            continue
-        results = [asdict(r) for r in report.results if r.configuration == configuration.name]
-        entry = {"key": key, "results": results}
-        path = eval_dir / CACHE_DIR / f"{safe_filename(configuration.name)}.json"
-        path.write_text(json.dumps(entry) + "\n")
+    """Record ``configuration``'s ``results`` (their transcripts already in ``eval_dir``) for later reuse; nothing
+    when one of its models has no job record."""
+    key = cache_key(configuration, settings)
+    if key is None:
+        return
+    entry = {"key": key, "results": [asdict(r) for r in results], "reflection_memos": reflection_memos or {}}
+    (Path(eval_dir) / CACHE_DIR).mkdir(parents=True, exist_ok=True)
+    (Path(eval_dir) / CACHE_DIR / f"{safe_filename(configuration.name)}.json").write_text(
+        json.dumps(entry) + "\n"
+    )
 
 
-def share_out(configurations: Sequence[EvalConfiguration], workers: int) -> list[list[EvalConfiguration]]:
-    """At most ``workers`` non-empty groups of about equal cost (a configuration with a reflection model counts twice:
-    it generates reflections), each in the given order."""
-    groups: list[list[EvalConfiguration]] = [[] for _ in range(max(1, min(workers, len(configurations))))]
-    load = [0] * len(groups)
-    for c in sorted(configurations, key=lambda c: c.reflection is None):  # the costly ones first
-        lightest = load.index(min(load))
-        groups[lightest].append(c)
-        load[lightest] += 1 if c.reflection is None else 2
-    order = {c.name: i for i, c in enumerate(configurations)}
-    return [sorted(g, key=lambda c: order[c.name]) for g in groups]
+def merge_memos(*memos: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The reflection memo counts of several evaluations, added up per reflection model."""
+    total: dict[str, dict[str, int]] = {}
+    for counts in memos:
+        for model, values in counts.items():
+            into = total.setdefault(model, {})
+            for name, value in values.items():
+                into[name] = into.get(name, 0) + value
+    return total
+
+
+def configuration_job(
+    configuration: EvalConfiguration,
+    settings: EvalSettings,
+    eval_dir: str | Path,
+    needs: tuple[str, ...] = (),
+) -> Job:
+    """A ``reflect-trl eval`` job (named after the configuration) of ``configuration`` alone, in one thread, into
+    ``<eval_dir>/workers/<configuration>/`` (its log beside it). When it succeeds, its ``after`` moves its transcripts
+    into ``<eval_dir>/transcripts`` and records its results in the cache, where :func:`evaluate_reusing` finds them."""
+    import shutil
+
+    import yaml
+
+    eval_dir = Path(eval_dir)
+    stem = safe_filename(configuration.name)
+    work = eval_dir / WORK_DIR
+    part = work / stem
+    shutil.rmtree(part, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / f"{stem}.yaml"
+    config.write_text(
+        yaml.safe_dump({**asdict(settings), "configurations": [asdict(configuration)]}, sort_keys=False)
+    )
+
+    def record() -> None:
+        recorded = json.loads((part / "results.json").read_text())
+        (eval_dir / "transcripts").mkdir(parents=True, exist_ok=True)
+        for transcript in (part / "transcripts").glob("*.jsonl"):
+            transcript.replace(eval_dir / "transcripts" / transcript.name)
+        results = [EvalResult(**r) for r in recorded["results"]]
+        save_cache_entry(configuration, settings, results, eval_dir, recorded.get("reflection_memos"))
+
+    argv = ["--config", str(config), "--output_dir", str(part)]
+    return Job(configuration.name, "eval", argv, needs, log=work / f"{stem}.log", after=record)
 
 
 def evaluate_in_workers(
@@ -128,47 +173,32 @@ def evaluate_in_workers(
     workers: int,
     say=print,
 ) -> EvalReport:
-    """:func:`reflect_trl.evaluation.evaluate` of ``configurations`` in ``workers`` ``reflect-trl eval`` processes;
-    their transcripts are moved into ``eval_dir/transcripts``, so the report carries none."""
-    import shutil
-
-    import yaml
-
-    work = eval_dir / WORK_DIR
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    jobs, parts, names = [], [], {}
-    for i, group in enumerate(share_out(configurations, workers)):
-        config = work / f"worker_{i}.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {**asdict(settings), "configurations": [asdict(c) for c in group]}, sort_keys=False
-            )
-        )
-        parts.append(work / f"worker_{i}")
-        argv = ["--config", str(config), "--output_dir", str(parts[-1])]
-        jobs.append(Job(f"evaluation {i}", "eval", argv, log=work / f"worker_{i}.log"))
-        names[jobs[-1].name] = ", ".join(c.name for c in group)
+    """:func:`reflect_trl.evaluation.evaluate` of ``configurations``, one :func:`configuration_job` each, ``workers``
+    at a time (those with a reflection model first: they take longest); their transcripts are moved into
+    ``eval_dir/transcripts``, so the report carries none."""
+    jobs = [
+        configuration_job(c, settings, eval_dir)
+        for c in sorted(configurations, key=lambda c: c.reflection is None)
+    ]
+    logs = {job.name: job.log for job in jobs}
 
     def report(name: str, event: str, seconds: float) -> None:
         if event == "start":
-            say(f"[eval] {name} (log {work / name.replace('evaluation ', 'worker_')}.log): {names[name]}")
+            say(f"[eval] {name} started (log {logs[name]})")
         elif event == "done":
             say(f"[eval] {name} done in {seconds:.0f}s")
 
-    run_jobs(jobs, workers=len(jobs), report=report)
+    run_jobs(jobs, workers=min(workers, len(jobs)), report=report)
     results: dict[str, list[EvalResult]] = {}
-    memos: dict[str, dict[str, int]] = {}
-    (eval_dir / "transcripts").mkdir(parents=True, exist_ok=True)
-    for part in parts:
-        recorded = json.loads((part / "results.json").read_text())
-        for r in recorded["results"]:
-            results.setdefault(r["configuration"], []).append(EvalResult(**r))
-        memos.update(recorded.get("reflection_memos") or {})
-        for transcript in (part / "transcripts").glob("*.jsonl"):
-            transcript.replace(eval_dir / "transcripts" / transcript.name)
+    memos = []
+    for c in configurations:
+        recorded = json.loads(
+            (Path(eval_dir) / WORK_DIR / safe_filename(c.name) / "results.json").read_text()
+        )
+        results[c.name] = [EvalResult(**r) for r in recorded["results"]]
+        memos.append(recorded.get("reflection_memos") or {})
     ordered = [r for c in configurations for r in results[c.name]]
-    return EvalReport(settings, list(configurations), ordered, reflection_memos=memos)
+    return EvalReport(settings, list(configurations), ordered, reflection_memos=merge_memos(*memos))
 
 
 def evaluate_reusing(
@@ -182,35 +212,45 @@ def evaluate_reusing(
     """:func:`reflect_trl.evaluation.evaluate` of the configurations whose recorded results in ``eval_dir`` are out of
     date (all of them when ``reuse`` is false), the recorded results of the others; writes the report to ``eval_dir``
     and records the new results. ``workers`` > 1: :func:`evaluate_in_workers`. Returns the report (results in the
-    order of ``configurations``) and the paths :meth:`EvalReport.write` returns."""
+    order of ``configurations``; reflection memo counts of the evaluations the results come from, where recorded) and
+    the paths :meth:`EvalReport.write` returns."""
     eval_dir = Path(eval_dir)
-    reused = {c.name: cached_results(c, settings, eval_dir) if reuse else None for c in configurations}
+    reused = {c.name: cached_entry(c, settings, eval_dir) if reuse else None for c in configurations}
     fresh = [c for c in configurations if reused[c.name] is None]
     for c in configurations:
         if reused[c.name] is not None:
             say(
                 f"[eval] {c.name}: reused (its runs and the evaluation settings are unchanged since it was evaluated)"
             )
+    in_workers = workers > 1 and len(fresh) > 1
     if not fresh:
         report = EvalReport(settings, [], [])
-    elif workers > 1 and len(fresh) > 1:
+    elif in_workers:  # each job records its own results
         report = evaluate_in_workers(fresh, settings, eval_dir, workers, say)
     else:
         report = evaluate(fresh, settings)
     new = {c.name: [r for r in report.results if r.configuration == c.name] for c in fresh}
     report.configurations = list(configurations)
-    report.results = [r for c in configurations for r in (reused[c.name] or new[c.name])]
+    report.results = [
+        r for c in configurations for r in (reused[c.name]["results"] if reused[c.name] else new[c.name])
+    ]
+    report.reflection_memos = merge_memos(
+        report.reflection_memos, *(e["reflection_memos"] for e in reused.values() if e)
+    )
     paths = report.write(eval_dir)
-    save_cache_entries(report, eval_dir, fresh)
+    if not in_workers:  # evaluated together: the memo counts are not one configuration's
+        for c in fresh:
+            save_cache_entry(c, settings, new[c.name], eval_dir)
     return report, paths
 
 
 __all__ = [
     "cache_key",
-    "cached_results",
+    "cached_entry",
+    "configuration_job",
     "evaluate_in_workers",
     "evaluate_reusing",
     "job_record",
-    "save_cache_entries",
-    "share_out",
+    "merge_memos",
+    "save_cache_entry",
 ]

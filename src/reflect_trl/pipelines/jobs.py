@@ -31,7 +31,9 @@ class Job:
     """One ``reflect-trl <command> <argv>`` step; ``needs`` names the jobs that must finish first; ``env`` adds
     environment variables (e.g. ``WANDB_DIR``); ``log`` is where a worker process writes its output (default:
     ``log_dir/<name>.log``). A forked worker sets ``env`` after the fork server's imports: a variable that a library
-    reads when it is imported belongs in the environment of the process that calls :func:`run_jobs`."""
+    reads when it is imported belongs in the environment of the process that calls :func:`run_jobs`. ``after`` runs in
+    the process that calls :func:`run_jobs` once the job has succeeded, before a job that needs it starts (e.g. to
+    collect what the job wrote)."""
 
     name: str
     command: str
@@ -42,6 +44,7 @@ class Job:
     #: the folder the job fills (a run directory, a data set): a job that finished there before with the same
     #: command line is reused instead of run again (:func:`run_jobs`' ``reuse``)
     output: Path | None = None
+    after: Callable[[], None] | None = None
 
 
 DONE_MARKER = ".reflect_trl_job.json"
@@ -64,8 +67,11 @@ def finished_before(job: Job) -> bool:
 
 
 def mark_finished(job: Job) -> None:
+    """Record a succeeded job in its ``output`` folder, then run its ``after``."""
     if job.output is not None and Path(job.output).is_dir():
         (Path(job.output) / DONE_MARKER).write_text(json.dumps(_marker(job)) + "\n")
+    if job.after is not None:
+        job.after()
 
 
 class JobFailed(RuntimeError):

@@ -150,14 +150,23 @@ def _run_seeds(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
 
 def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[int, dict[str, Any]]:
     """Every seed's demo in one shared pool of ``config.jobs`` worker processes (:func:`reflect_trl.pipelines.jobs.run_jobs`):
-    models and data are built here, then all seeds' SFT / relabel / RL jobs and each seed's evaluation
-    (``reflect-trl demo --evaluate_only``) go into one job graph, seed by seed in list order, so a seed's last
-    long job overlaps the next seed's first ones instead of leaving a core idle. Logs: ``seed_<s>/logs/``. With
+    models and data are built here, then all seeds' SFT / relabel / RL jobs, their evaluation jobs (one per
+    configuration, :func:`reflect_trl.pipelines.demo.evaluation_jobs`) and each seed's summary (``reflect-trl demo
+    --evaluate_only``, which finds every evaluation recorded) go into one job graph, seed by seed in list order, so a
+    seed's last long job overlaps the next seed's first ones instead of leaving a core idle. Logs:
+    ``seed_<s>/logs/`` (evaluations: ``seed_<s>/eval/workers/``). With
     ``reflection_backend: openai`` (the demo starts its own server) the seeds run one after the other, one
     ``reflect-trl demo`` process each. Returns each seed's ``summary.json``."""
     if not demo_configs:  # every seed reused: nothing to run, only the pooling
         return {}
-    from reflect_trl.pipelines.demo import JOB_TIMINGS, demo_jobs, job_label, prepare_demo
+    from reflect_trl.pipelines.demo import (
+        JOB_TIMINGS,
+        demo_eval_settings,
+        demo_jobs,
+        evaluation_jobs,
+        job_label,
+        prepare_demo,
+    )
     from reflect_trl.pipelines.demo import _Progress as Progress
     from reflect_trl.pipelines.jobs import Job, run_jobs
 
@@ -183,12 +192,13 @@ def _run_demos(config: ReproduceConfig, demo_configs: dict[int, Any]) -> dict[in
         base, data = prepare_demo(cfg, progress)
         recorded[seed] = {"timings_seconds": dict(progress.timings)}
         seed_jobs = demo_jobs(cfg, base, data, seed_dir / "runs")
+        seed_jobs += evaluation_jobs(cfg, seed_jobs, demo_eval_settings(cfg), reuse=not config.rerun)
         named = {job.name: f"seed {seed} {job_label(job)} {job.name}" for job in seed_jobs}
         for job in seed_jobs:
             needs = tuple(named[n] for n in job.needs)
-            jobs.append(
-                replace(job, name=named[job.name], needs=needs, log=seed_dir / "logs" / f"{job.name}.log")
-            )
+            # an evaluation job keeps its own log (eval/workers/)
+            log = job.log or seed_dir / "logs" / f"{job.name}.log"
+            jobs.append(replace(job, name=named[job.name], needs=needs, log=log))
         evaluation = f"seed {seed} evaluation"
         log = seed_dir / "logs" / "evaluation.log"
         argv = ["--config", str(request), "--evaluate_only"]
