@@ -79,6 +79,10 @@ CONFIGURATIONS: dict[str, Configuration] = {
         "Reflect-RL w/o negative examples", "rl_reflect_no_negatives", "sft_reflection_positive"
     ),
     "no_curriculum": Configuration("Reflect-RL w/o curriculum", "rl_reflect_no_curriculum", "sft_reflection"),
+    # the SFT start of no_negatives: the negative examples' effect without RL (docs/experiments.md §1.4f)
+    "reflect_sft_no_negatives": Configuration(
+        "Reflect SFT w/o negative examples", "sft_policy_positive", "sft_reflection_positive"
+    ),
     # design D1 (docs/experiments.md): reflections sampled at T = 1 during RL, the frozen player
     "sampled_reflections": Configuration(
         "Reflect-RL, reflections sampled in RL", "rl_reflect_sampled", "sft_reflection"

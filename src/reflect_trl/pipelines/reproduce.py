@@ -51,6 +51,7 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect-RL", "Reflect-RL w/o negative examples"),
     ("Reflect-RL", "Reflect-RL w/o curriculum"),
     ("Reflect SFT (before RL)", "SFT only"),  # reflection without RL
+    ("Reflect SFT (before RL)", "Reflect SFT w/o negative examples"),  # negative examples without RL
     # design D1 (frozen player, reflections sampled in RL) and the players that learn
     ("Reflect-RL, reflections sampled in RL", "Reflect SFT (before RL)"),
     ("Reflect-RL, both players learn", "Reflect-RL, reflections sampled in RL"),
