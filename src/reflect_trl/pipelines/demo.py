@@ -108,8 +108,8 @@ class DemoConfig:
     report_to: str = "wandb"
     # torch intra-op threads (0 = torch's default)
     torch_threads: int = 0
-    # SFT / relabel / RL steps run at once, each in its own process with one thread (1 = one after the other, in
-    # this process); the evaluation is shared out to as many processes
+    # SFT / relabel / RL / evaluation jobs run at once, each in its own process with one thread (1 = one after the
+    # other, in this process); a configuration's evaluation starts as soon as its runs are trained
     jobs: int = 2
 
     @classmethod
