@@ -71,6 +71,7 @@ def test_an_unchanged_configuration_is_not_evaluated_again(tiny_model_dir, tmp_p
     # nothing changed: nothing is evaluated, the results are the recorded ones
     again, _ = eval_step.evaluate_reusing([plain, reflect], SETTINGS, eval_dir, say=lambda m: None)
     assert len(evaluated) == 2 and again.results == both.results
+    assert again.reflection_memos == both.reflection_memos != {}  # recorded with the one evaluated alone
 
     # the reused results are those a fresh evaluation gives
     fresh, _ = eval_step.evaluate_reusing([plain, reflect], SETTINGS, tmp_path / "fresh", say=lambda m: None)

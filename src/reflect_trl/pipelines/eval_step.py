@@ -230,6 +230,7 @@ def evaluate_reusing(
     else:
         report = evaluate(fresh, settings)
     new = {c.name: [r for r in report.results if r.configuration == c.name] for c in fresh}
+    report_memos = report.reflection_memos
     report.configurations = list(configurations)
     report.results = [
         r for c in configurations for r in (reused[c.name]["results"] if reused[c.name] else new[c.name])
@@ -238,9 +239,10 @@ def evaluate_reusing(
         report.reflection_memos, *(e["reflection_memos"] for e in reused.values() if e)
     )
     paths = report.write(eval_dir)
-    if not in_workers:  # evaluated together: the memo counts are not one configuration's
+    if not in_workers:  # the memo counts are one configuration's only when it was evaluated alone
+        alone = report_memos if len(fresh) == 1 else None
         for c in fresh:
-            save_cache_entry(c, settings, new[c.name], eval_dir)
+            save_cache_entry(c, settings, new[c.name], eval_dir, alone)
     return report, paths
 
 
