@@ -1,5 +1,6 @@
 """The no-signal warning: a run whose task groups all got identical returns logs share 1 and warns once per stage;
-a run with varied returns logs share 0 and stays quiet; a zero gradient norm for several steps warns too.
+a run with varied returns logs share 0 and stays quiet; a zero gradient norm for several steps warns too. The
+no-success warning: rollouts without a successful episode warn once per stage, varied returns or not.
 
 Episodes are played by hand (``ReflectPPOTrainer._play`` replaced), as in ``test_rl_wiring``."""
 
@@ -9,17 +10,24 @@ import logging
 
 from test_rl_wiring import _episode, _prompts, _trainer
 
-from reflect_trl.trainers.rl_logging import NO_SIGNAL_PATIENCE, NoSignalMonitor, signal_shares
+from reflect_trl.trainers.rl_logging import (
+    NO_SIGNAL_PATIENCE,
+    NO_SUCCESS_PATIENCE,
+    NoSignalMonitor,
+    signal_shares,
+)
 
 LOGGER = "reflect_trl.trainers.rl_logging"
 
 
-def _run(tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float]):
-    """A 4-step run (curriculum on one stage) whose every rollout is two groups of two one-turn episodes."""
+def _run(tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float], warning: str = "no learning signal"):
+    """A run of one rollout per step past both warnings' patience (curriculum on one stage) whose every rollout is
+    two groups of two one-turn episodes (an episode succeeds when its reward is positive); the warnings that contain
+    ``warning``."""
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
-        max_steps=NO_SIGNAL_PATIENCE + 1,
+        max_steps=max(NO_SIGNAL_PATIENCE, NO_SUCCESS_PATIENCE) + 1,
         advantage_estimator="rloo",
         curriculum_stages=["pickup"],
     )
@@ -37,9 +45,7 @@ def _run(tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float]):
     trainer._play = play
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         trainer.train()
-    warnings = [
-        r.getMessage() for r in caplog.records if r.name == LOGGER and "no learning signal" in r.getMessage()
-    ]
+    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER and warning in r.getMessage()]
     return trainer, warnings
 
 
@@ -58,10 +64,21 @@ def test_identical_groups_warn_once_per_stage(tiny_model_dir, tmp_path, caplog):
         and "num_generations" in warnings[0]
         and "reflection_temperature" in warnings[0]
     )
+    no_success = [r for r in caplog.records if r.name == LOGGER and "No episode" in r.getMessage()]
+    assert len(no_success) == 1  # identical failures are also success-free: both warnings, each once
 
 
-def test_varied_returns_do_not_warn(tiny_model_dir, tmp_path, caplog):
-    trainer, warnings = _run(tiny_model_dir, tmp_path, caplog, rewards=(1.0, -1.0))
+def test_success_free_rollouts_warn_once_per_stage_even_with_varied_returns(tiny_model_dir, tmp_path, caplog):
+    # returns differ within every group (a learning signal), but no episode succeeds: RL learns from failures only
+    trainer, warnings = _run(tiny_model_dir, tmp_path, caplog, rewards=(-1.0, -2.0), warning="No episode")
+    assert all(s == 0.0 for s in _logged(trainer, "signal/identical_return_group_share"))
+    assert len(warnings) == 1
+    assert "'pickup'" in warnings[0] and f"for {NO_SUCCESS_PATIENCE} rollouts in a row" in warnings[0]
+    assert not any("no learning signal" in r.getMessage() for r in caplog.records if r.name == LOGGER)
+
+
+def test_varied_returns_with_successes_do_not_warn(tiny_model_dir, tmp_path, caplog):
+    trainer, warnings = _run(tiny_model_dir, tmp_path, caplog, rewards=(1.0, -1.0), warning="")
     shares = _logged(trainer, "signal/identical_return_group_share")
     assert shares and all(s == 0.0 for s in shares)
     assert all(s == 0.0 for s in _logged(trainer, "signal/zero_advantage_turn_share"))
@@ -88,3 +105,17 @@ def test_monitor_needs_a_streak_and_warns_once_per_stage():
         assert monitor.update("full", "grad_norm", True) is None
     message = monitor.update("full", "grad_norm", True)
     assert message is not None and "'full'" in message and "gradient norm was 0" in message
+
+
+def test_monitor_counts_success_apart_from_signal():
+    monitor = NoSignalMonitor(patience=2, success_patience=3)
+    assert [monitor.update("dropoff", "rollout", True) for _ in range(2)][-1] is not None  # no signal: warned
+    # the no-success streak has its own patience and its own once-per-stage warning
+    assert [monitor.update("dropoff", "success", True) is not None for _ in range(4)] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    assert monitor.update("full", "success", False) is None  # a new stage, a success: no streak
+    assert [monitor.update("full", "success", True) is not None for _ in range(3)] == [False, False, True]

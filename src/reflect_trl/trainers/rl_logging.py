@@ -20,28 +20,41 @@ from reflect_trl.rollout import Episode, episode_metrics
 logger = logging.getLogger(__name__)
 
 NO_SIGNAL_PATIENCE = 3  # consecutive rollouts (or logged optimizer steps) without signal before the warning
+NO_SUCCESS_PATIENCE = 5  # consecutive rollouts without a successful episode before the warning
 
 
 @dataclass
 class NoSignalMonitor:
     """Warns once per curriculum stage when RL has had no learning signal for ``patience`` rollouts in a row (every
     task group's episodes got the same return, or every turn a zero advantage) or ``patience`` logged steps with a
-    zero gradient norm."""
+    zero gradient norm; and, separately, when ``success_patience`` rollouts in a row had no successful episode (RL
+    then learns from failures only: docs/experiments.md §1.4a, §1.4e)."""
 
     patience: int = NO_SIGNAL_PATIENCE
-    streaks: dict[str, int] = field(default_factory=lambda: {"rollout": 0, "grad_norm": 0})
-    warned_stages: set[str] = field(default_factory=set)
+    success_patience: int = NO_SUCCESS_PATIENCE
+    streaks: dict[str, int] = field(default_factory=lambda: {"rollout": 0, "grad_norm": 0, "success": 0})
+    warned: set[tuple[str, str]] = field(default_factory=set)  # (stage, "signal" | "success")
     stage: str | None = None
 
     def update(self, stage: str, kind: str, no_signal: bool) -> str | None:
-        """Record one observation of ``kind`` ("rollout" or "grad_norm"); the warning text when it is due. A new
-        stage starts new streaks."""
+        """Record one observation of ``kind`` ("rollout", "grad_norm": no learning signal; "success": no successful
+        episode); the warning text when it is due. A new stage starts new streaks."""
         if stage != self.stage:
             self.stage, self.streaks = stage, {k: 0 for k in self.streaks}
         self.streaks[kind] = self.streaks[kind] + 1 if no_signal else 0
-        if self.streaks[kind] < self.patience or stage in self.warned_stages:
+        topic = "success" if kind == "success" else "signal"
+        patience = self.success_patience if kind == "success" else self.patience
+        if self.streaks[kind] < patience or (stage, topic) in self.warned:
             return None
-        self.warned_stages.add(stage)
+        self.warned.add((stage, topic))
+        if kind == "success":
+            return (
+                f"No episode succeeded in curriculum stage {stage!r} for {self.streaks[kind]} rollouts in a row: RL "
+                "now learns from failures only (e.g. to fail later). A stage that stays success-free can collapse "
+                "the greedy policy (docs/experiments.md §1.4a, §1.4e); shorter streaks also occur in runs that "
+                "recover. Levers: an easier stage, a stronger SFT start, more "
+                "episodes per task (num_generations)."
+            )
         what = (
             "every task group's episodes got the same return (or every turn a zero advantage)"
             if kind == "rollout"
@@ -49,9 +62,10 @@ class NoSignalMonitor:
         )
         return (
             f"RL has no learning signal in curriculum stage {stage!r}: {what} for {self.streaks[kind]} "
-            f"{'rollouts' if kind == 'rollout' else 'logged steps'} in a row. Levers: sample reflections "
-            "(reflection_temperature > 0), explore more (temperature), more episodes per task (num_generations), "
-            "or an easier stage."
+            f"{'rollouts' if kind == 'rollout' else 'logged steps'} in a row. Levers: more episodes per task "
+            "(num_generations), explore more (temperature), an easier stage or a stronger SFT start. Sampled "
+            "reflections (reflection_temperature > 0) vary the groups too, but collapsed the greedy policy on 3 "
+            "of 5 DangerousTaxi seeds (docs/experiments.md §1.1)."
         )
 
 
@@ -117,14 +131,19 @@ class RolloutLoggingMixin:
                 self._metrics["train"][name].append(total / count)
 
     def _log_signal(self, stage: str, episodes: list[Episode], advantages: list[float]) -> None:
-        """Log how much of the rollout carries a learning signal (over all processes); warn when none does."""
+        """Log how much of the rollout carries a learning signal (over all processes); warn when none does, and when
+        no episode succeeds for a while."""
         identical, compared, zero = signal_shares(
             [ep.total_return for ep in episodes], [ep.group for ep in episodes], advantages
         )
+        successes = float(sum(ep.success for ep in episodes))
         counts = torch.tensor(
-            [identical, compared, zero, float(len(advantages))], device=self.accelerator.device
+            [identical, compared, zero, float(len(advantages)), successes, float(len(episodes))],
+            device=self.accelerator.device,
         )
-        identical, compared, zero, turns = self.accelerator.reduce(counts, reduction="sum").tolist()
+        identical, compared, zero, turns, successes, played = self.accelerator.reduce(
+            counts, reduction="sum"
+        ).tolist()
         metrics = self._metrics["train"]
         if compared > 0:
             metrics["signal/identical_return_group_share"].append(identical / compared)
@@ -132,6 +151,8 @@ class RolloutLoggingMixin:
             metrics["signal/zero_advantage_turn_share"].append(zero / turns)
         no_signal = (compared > 0 and identical == compared) or (turns > 0 and zero == turns)
         self._warn_no_signal(stage, "rollout", no_signal)
+        if played > 0:
+            self._warn_no_signal(stage, "success", successes == 0)
 
     def _warn_no_signal(self, stage: str, kind: str, no_signal: bool) -> None:
         message = self._no_signal.update(stage, kind, no_signal)
