@@ -37,8 +37,8 @@ from reflect_trl.envs.textgame import (
     words,
 )
 from reflect_trl.envs.textworld_games import (
-    _CUSTOM_KEYS,
     CHALLENGES,
+    CUSTOM_KEYS,
     DEFAULT_STAGE_LENGTHS,
     DEFAULT_STAGE_SETTINGS,
     GAME_SPLITS,
@@ -156,10 +156,10 @@ class TextWorldEnv(TextGameEnv):
         }
         if challenge == "custom":
             for level, values in self.stage_settings.items():
-                unknown = sorted(set(values) - set(_CUSTOM_KEYS))
+                unknown = sorted(set(values) - set(CUSTOM_KEYS))
                 if unknown:
                     raise ValueError(
-                        f"textworld: unknown custom setting(s) {unknown} for stage {level!r}; known: {_CUSTOM_KEYS}"
+                        f"textworld: unknown custom setting(s) {unknown} for stage {level!r}; known: {CUSTOM_KEYS}"
                     )
         self.stage = None if stage is None else self.check_difficulty(stage)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()

@@ -47,7 +47,7 @@ DEFAULT_STAGE_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "hard": {"recipe": 2, "take": 2, "go": 6, "open": True, "cook": True, "cut": True},
     },
 }
-_CUSTOM_KEYS = ("world_size", "nb_objects", "quest_length", "quest_breadth", "nb_parallel_quests", "theme")
+CUSTOM_KEYS = ("world_size", "nb_objects", "quest_length", "quest_breadth", "nb_parallel_quests", "theme")
 _COOKING_FLAGS = {"recipe": 1, "take": 0, "go": 1, "open": False, "cook": False, "cut": False, "drop": False}
 _GENERATION_ATTEMPTS = 8  # quest generation can fail for a seed: retry with derived seeds (deterministic)
 
@@ -294,6 +294,7 @@ def playable_game(game: str | Path, cache_dir: str | Path) -> str:
 __all__ = [
     "CACHE_ENV_VAR",
     "CHALLENGES",
+    "CUSTOM_KEYS",
     "DEFAULT_CACHE_DIR",
     "DEFAULT_STAGE_LENGTHS",
     "DEFAULT_STAGE_SETTINGS",

@@ -42,18 +42,18 @@ class NoSignalMonitor:
         if stage != self.stage:
             self.stage, self.streaks = stage, {k: 0 for k in self.streaks}
         self.streaks[kind] = self.streaks[kind] + 1 if no_signal else 0
-        topic = "success" if kind == "success" else "signal"
-        patience = self.success_patience if kind == "success" else self.patience
+        success = kind == "success"
+        patience = self.success_patience if success else self.patience
+        topic = "success" if success else "signal"  # "rollout" and "grad_norm" share one warning per stage
         if self.streaks[kind] < patience or (stage, topic) in self.warned:
             return None
         self.warned.add((stage, topic))
-        if kind == "success":
+        if success:
             return (
                 f"No episode succeeded in curriculum stage {stage!r} for {self.streaks[kind]} rollouts in a row: RL "
                 "now learns from failures only (e.g. to fail later). A stage that stays success-free can collapse "
                 "the greedy policy (docs/experiments.md §1.4a, §1.4e); shorter streaks also occur in runs that "
-                "recover. Levers: an easier stage, a stronger SFT start, more "
-                "episodes per task (num_generations)."
+                "recover. Levers: an easier stage, a stronger SFT start, more episodes per task (num_generations)."
             )
         what = (
             "every task group's episodes got the same return (or every turn a zero advantage)"
