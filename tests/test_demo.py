@@ -353,12 +353,22 @@ def test_rl_stages_leave_a_stage_out_of_rl(tmp_path):
 
 def test_paper_protocol_smoke_demo(tmp_path):
     """The paper protocol end to end: executed (mostly random) targets, oracle reflections in the policy data,
-    sampled reflections in RL, both decodings evaluated."""
+    sampled reflections in RL, both decodings evaluated; the data's behaviour policy is a row of its own (sampled,
+    no training)."""
     cfg = replace(DemoConfig.smoke(str(tmp_path)), protocol="paper", eval_decodings=["greedy", "sampled"])
     summary = run_demo(cfg)
+    behaviour = "oracle + random 0.9 (the paper data's behaviour)"
     labels = {r["configuration"] for r in summary["results"]}
-    assert labels == {"SFT only", "SFT + RL w/o reflection", "Reflect SFT (before RL)", "Reflect-RL"}
+    assert labels == {
+        "SFT only",
+        "SFT + RL w/o reflection",
+        "Reflect SFT (before RL)",
+        "Reflect-RL",
+        behaviour,
+    }
     assert {r["decoding"] for r in summary["results"]} == {"greedy", "sampled"}
+    assert {r["decoding"] for r in summary["results"] if r["configuration"] == behaviour} == {"sampled"}
+    assert not (tmp_path / "runs" / "oracle_random").exists()
     card = (tmp_path / "data" / "taxi" / "README.md").read_text()
     assert "random_action_prob 0.9" in card and "executed action" in card
     assert not (tmp_path / "data" / "taxi" / "policy_reflect_model").exists()

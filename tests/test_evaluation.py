@@ -66,28 +66,34 @@ def test_intervals_count_distinct_instances():
     assert json.loads(json.dumps(report.to_json()))["results"][1]["instances"] == dropoff.instances
 
 
-def _random_success_probability(env, steps_left: int, memo: dict) -> float:
-    """Exact probability that a uniform random policy succeeds from the env's state within steps_left steps."""
+def _success_probability(env, steps_left: int, memo: dict, oracle_weight: float) -> float:
+    """Exact probability of success from the env's state within steps_left steps, for the policy that takes the
+    oracle's action with probability ``oracle_weight`` and otherwise a uniformly drawn one (0: uniform random)."""
     key = (env.state, env.mode, steps_left)
     if key in memo:
         return memo[key]
     if steps_left == 0:
         return 0.0
+    oracle = env.oracle_action()
     total = 0.0
     for action in range(6):
+        weight = (1 - oracle_weight) / 6 + oracle_weight * (action == oracle)
         probe = env.clone()
         _, _, terminated, truncated, info = probe.step(action)
         if info.get("success"):
-            total += 1.0
+            total += weight
         elif not (terminated or truncated):
-            total += _random_success_probability(probe, steps_left - 1, memo)
-    memo[key] = total / 6
-    return memo[key]
+            total += weight * _success_probability(probe, steps_left - 1, memo, oracle_weight)
+    memo[key] = total
+    return total
 
 
-def test_random_policy_rate_is_within_the_exact_band():
-    settings = EvalSettings(env_name="taxi", episodes_per_stage=200, stages=["pickup"], seed=5)
-    report = evaluate([EvalConfiguration("random", "random")], settings, progress=False)
+@pytest.mark.parametrize(("policy", "oracle_weight"), [("random", 0.0), ("oracle_random", 0.1)])
+def test_scripted_policy_rate_is_within_the_exact_band(policy, oracle_weight):
+    """The uniform random policy and "oracle + random 0.9" (the ``paper`` protocol's behaviour policy) succeed as
+    often as their exact success probabilities, summed over the held-out episodes, say (within 4 sd)."""
+    settings = EvalSettings(env_name="taxi", episodes_per_stage=300, stages=["pickup"], seed=5)
+    report = evaluate([EvalConfiguration(policy, policy)], settings, progress=False)
     (result,) = report.results
     env = make_env("taxi")
     tasks, seeds = eval_tasks(settings, "pickup")
@@ -95,7 +101,7 @@ def test_random_policy_rate_is_within_the_exact_band():
     probs = []
     for task, seed in zip(tasks, seeds, strict=True):
         env.reset(seed=seed, task=task)
-        probs.append(_random_success_probability(env, env.horizon, memo))
+        probs.append(_success_probability(env, env.horizon, memo, oracle_weight))
     mean = sum(probs)
     sd = math.sqrt(sum(p * (1 - p) for p in probs))
     assert 0 < mean < len(probs)
@@ -184,7 +190,11 @@ def test_scripted_policies_play_through_the_rollout_engine():
     from reflect_trl.seeding import derive_seed
 
     settings = EvalSettings(env_name="taxi", episodes_per_stage=6, stages=["dropoff"], seed=2, batch_size=4)
-    confs = [EvalConfiguration("oracle", "oracle"), EvalConfiguration("random", "random")]
+    confs = [
+        EvalConfiguration("oracle", "oracle"),
+        EvalConfiguration("random", "random"),
+        EvalConfiguration("oracle_random", "oracle_random"),
+    ]
     report = evaluate(confs, settings, progress=False)
     oracle = report.transcripts["oracle__dropoff__greedy"]
     assert [t["success"] for t in oracle] == [True] * 6
@@ -197,6 +207,16 @@ def test_scripted_policies_play_through_the_rollout_engine():
             n = len(turn["options"])
             draw = random.Random(derive_seed(transcript["seed"], "random_policy", step)).randrange(n)
             assert turn["action_index"] == draw and turn["logprob"] == pytest.approx(-math.log(n))
+    mixed_runs = report.transcripts["oracle_random__dropoff__sampled"]
+    for transcript in mixed_runs:
+        for step, ((taken, best), turn) in enumerate(
+            zip(_replay_actions(transcript), transcript["turns"], strict=True)
+        ):
+            n = len(turn["options"])
+            rng = random.Random(derive_seed(transcript["seed"], "oracle_random_policy", step))
+            expected = rng.randrange(n) if rng.random() < 0.9 else best
+            assert taken == expected
+            assert turn["logprob"] == pytest.approx(math.log(0.9 / n + 0.1 * (taken == best)))
     # Batch size does not change an episode.
     again = evaluate(confs, EvalSettings(**{**settings.__dict__, "batch_size": 1}), progress=False)
     assert again.transcripts == report.transcripts

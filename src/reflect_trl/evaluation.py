@@ -68,7 +68,7 @@ def instance_interval(rate: float, instances: int) -> tuple[float, float]:
 @dataclass
 class EvalConfiguration:
     name: str
-    policy: str  # model path / hub id, or "oracle" / "random"
+    policy: str  # model path / hub id, or a scripted policy: "oracle" / "random" / "oracle_random"
     reflection: str | None = None
 
     def check_models(self, served_reflection: bool = False) -> None:
@@ -510,7 +510,9 @@ def evaluate(
 
     def decodings_of(conf: EvalConfiguration) -> list[str]:
         # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
-        return {"oracle": ["greedy"], "random": ["sampled"]}.get(conf.policy, settings.decodings)
+        return {"oracle": ["greedy"], "random": ["sampled"], "oracle_random": ["sampled"]}.get(
+            conf.policy, settings.decodings
+        )
 
     instances = {stage: instance_keys(settings, tasks) for stage, (tasks, _) in stage_tasks.items()}
     cells = sum(len(decodings_of(c)) for c in configurations) * len(stage_tasks)

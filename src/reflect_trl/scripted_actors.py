@@ -1,5 +1,6 @@
-"""Scripted players for :class:`~reflect_trl.rollout.RolloutEngine`: the environment's oracle and a uniform random
-policy (evaluation's ``oracle`` / ``random`` baselines), so that every configuration plays through the same engine.
+"""Scripted players for :class:`~reflect_trl.rollout.RolloutEngine`: the environment's oracle, a uniform random
+policy and the authors' Taxi behaviour policy "oracle + random 0.9" (evaluation's ``oracle`` / ``random`` /
+``oracle_random`` baselines), so that every configuration plays through the same engine.
 
 They read the live episodes the engine hands to ``act`` (:class:`~reflect_trl.rollout.LiveEpisode`), not token
 ids: their ``tokenizer`` is None and the engine skips tokenizing the policy prompts for them.
@@ -10,11 +11,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from reflect_trl.envs.base import OracleUnavailableError
 from reflect_trl.prompts import DEFAULT_LABELS
-from reflect_trl.rollout import LiveEpisode
 from reflect_trl.seeding import derive_seed
+
+if TYPE_CHECKING:  # the engine imports torch; the pipelines read SCRIPTED_ACTORS without it
+    from reflect_trl.rollout import LiveEpisode
 
 ActResult = tuple[list[int], list[float], list[float], None]
 
@@ -56,13 +60,15 @@ class OracleActor(ScriptedActor):
     name = "oracle"
 
     def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
-        options = []
-        for view in live:
-            try:
-                options.append(view.prompt.option_of(view.env.oracle_action()))
-            except OracleUnavailableError:
-                options.append(0)
-        return options, [0.0] * len(live), [0.0] * len(live), None
+        return [_oracle_option(view) for view in live], [0.0] * len(live), [0.0] * len(live), None
+
+
+def _oracle_option(view: LiveEpisode) -> int:
+    """The option that shows the oracle's action (the first option where the settings pruned it)."""
+    try:
+        return view.prompt.option_of(view.env.oracle_action())
+    except OracleUnavailableError:
+        return 0
 
 
 class RandomActor(ScriptedActor):
@@ -82,14 +88,49 @@ class RandomActor(ScriptedActor):
         return options, logps, entropies, None
 
 
-SCRIPTED_ACTORS: dict[str, type[ScriptedActor]] = {"oracle": OracleActor, "random": RandomActor}
+class OracleRandomActor(ScriptedActor):
+    """The behaviour policy of the authors' DangerousTaxi SFT data ("oracle + random 0.9", the ``paper`` protocol):
+    with probability 0.9 a uniformly drawn option, else the oracle's. A policy that fits the ``paper`` protocol's
+    policy targets (the executed actions) perfectly plays this, given a reflection that names the oracle's move, so its
+    success bounds that SFT start's sampled success. Draws depend only on the episode seed and the turn."""
+
+    name = "oracle_random"
+    random_action_prob = 0.9
+
+    def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
+        options, logps, entropies = [], [], []
+        p = self.random_action_prob
+        for view in live:
+            n = view.prompt.num_options
+            oracle = _oracle_option(view)
+            rng = random.Random(derive_seed(view.episode.seed, "oracle_random_policy", view.episode.length))
+            option = rng.randrange(n) if rng.random() < p else oracle
+            probs = [p / n + (1.0 - p) * (i == oracle) for i in range(n)]
+            options.append(option)
+            logps.append(math.log(probs[option]))
+            entropies.append(-sum(q * math.log(q) for q in probs))
+        return options, logps, entropies, None
+
+
+SCRIPTED_ACTORS: dict[str, type[ScriptedActor]] = {
+    "oracle": OracleActor,
+    "random": RandomActor,
+    "oracle_random": OracleRandomActor,
+}
 
 
 def scripted_actor(name: str, labels: Sequence[str] = DEFAULT_LABELS) -> ScriptedActor:
-    """The scripted actor called ``name`` (``oracle`` or ``random``)."""
+    """The scripted actor called ``name`` (``oracle``, ``random`` or ``oracle_random``)."""
     if name not in SCRIPTED_ACTORS:
         raise ValueError(f"unknown scripted policy {name!r}; known: {tuple(SCRIPTED_ACTORS)}")
     return SCRIPTED_ACTORS[name](labels)
 
 
-__all__ = ["SCRIPTED_ACTORS", "OracleActor", "RandomActor", "ScriptedActor", "scripted_actor"]
+__all__ = [
+    "SCRIPTED_ACTORS",
+    "OracleActor",
+    "OracleRandomActor",
+    "RandomActor",
+    "ScriptedActor",
+    "scripted_actor",
+]

@@ -77,7 +77,7 @@ def eval_parser() -> argparse.ArgumentParser:
         prog="reflect-trl eval",
         usage="reflect-trl eval [--config EVAL.yaml] [--policy DIR [--reflection DIR] [--name NAME] ...] "
         "[--SETTING VALUE ...]",
-        description="Evaluate policies (with or without a reflection model, or the built-in oracle/random) on "
+        description="Evaluate policies (with or without a reflection model, or the built-in oracle / random / oracle_random) on "
         "held-out episodes of every stage: success with 95 % Wilson intervals, results.json, results.md and "
         "transcripts. Configurations come from --config (a 'configurations' list) and/or --policy.",
     )
@@ -89,7 +89,8 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--policy",
         action=_ConfigurationFlag,
-        help="add one configuration: a policy directory / hub id, or oracle / random (repeatable)",
+        help="add one configuration: a policy directory / hub id, or oracle / random / oracle_random (the "
+        "authors' 'oracle + random 0.9') (repeatable)",
     )
     parser.add_argument(
         "--reflection",

@@ -204,7 +204,7 @@ def demo_eval_configurations(cfg: DemoConfig, runs: Path):
 
     rows = [CONFIGURATIONS[name] for name in configurations_of(cfg)]
     return [
-        EvalConfiguration(c.label, str(runs / c.policy), str(runs / c.reflection) if c.reflection else None)
+        EvalConfiguration(c.label, c.policy_path(runs), str(runs / c.reflection) if c.reflection else None)
         for c in rows
     ]
 
@@ -326,8 +326,8 @@ def finish_pooled_demo(cfg: DemoConfig) -> dict[str, Any]:
         {
             run
             for c in (CONFIGURATIONS[name] for name in configurations_of(cfg))
-            for run in (c.policy, c.reflection)
-            if run and not (runs / run / "config.json").is_file()
+            for run in c.runs
+            if not (runs / run / "config.json").is_file()
         }
     )
     if missing:
@@ -419,7 +419,7 @@ def evaluation_jobs(cfg: DemoConfig, training: list[Job], settings, reuse: bool 
     for row, configuration in zip(
         rows, demo_eval_configurations(cfg, Path(cfg.output_dir) / "runs"), strict=True
     ):
-        needs = tuple(run for run in (row.policy, row.reflection) if run in names)
+        needs = tuple(run for run in row.runs if run in names)
         if reuse and set(needs) <= kept and cached_entry(configuration, settings, eval_dir) is not None:
             continue
         jobs.append(configuration_job(configuration, settings, eval_dir, needs))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflect_trl.pipelines.jobs import Job
+from reflect_trl.scripted_actors import SCRIPTED_ACTORS
 
 if TYPE_CHECKING:
     from reflect_trl.pipelines.demo import DemoConfig
@@ -53,7 +54,7 @@ PROTOCOLS: dict[str, Protocol] = {
         rl_reflection_temperature=0.0,
     ),
     "paper": Protocol(
-        ("sft_only", "rl_plain", "reflect_sft", "reflect_rl"),
+        ("sft_only", "rl_plain", "reflect_sft", "reflect_rl", "data_behaviour"),
         relabel=False,
         rl_reflection_temperature=1.0,
         data={"random_action_prob": 0.9, "policy_targets": "executed"},
@@ -64,10 +65,19 @@ PROTOCOLS: dict[str, Protocol] = {
 @dataclass(frozen=True)
 class Configuration:
     label: str  # the row of the results table
-    policy: str  # the run whose model is the policy
+    policy: str  # the run whose model is the policy, or a scripted policy (scripted_actors.SCRIPTED_ACTORS)
     reflection: str | None = (
         None  # the run whose model is the reflection player (``<rl run>/reflection``: trained)
     )
+
+    @property
+    def runs(self) -> tuple[str, ...]:
+        """The trained runs the row reads (a scripted policy is none)."""
+        return tuple(run for run in (self.policy, self.reflection) if run and run not in SCRIPTED_ACTORS)
+
+    def policy_path(self, runs: Path) -> str:
+        """What evaluation loads as the policy: the run's folder under ``runs``, or the scripted policy's name."""
+        return self.policy if self.policy in SCRIPTED_ACTORS else str(runs / self.policy)
 
 
 CONFIGURATIONS: dict[str, Configuration] = {
@@ -94,6 +104,9 @@ CONFIGURATIONS: dict[str, Configuration] = {
     ),
     # design D3: the SFT policy trained on for as many optimizer steps as RL takes (compute-matched control)
     "continued_sft": Configuration("Reflect SFT, continued", "sft_policy_continued", "sft_reflection"),
+    # the `paper` protocol's data-generating behaviour ("oracle + random 0.9") with a perfect recommendation: what a
+    # policy that fits that protocol's SFT targets exactly can reach (docs/experiments.md §1.2). No training.
+    "data_behaviour": Configuration("oracle + random 0.9 (the paper data's behaviour)", "oracle_random"),
 }
 
 # SFT run -> (data set, role, reflection run whose own reflections replace the oracle's in the policy data)
@@ -159,9 +172,8 @@ def needed_runs(cfg: DemoConfig) -> list[str]:
         runs[run] = None
 
     for name in configurations_of(cfg):
-        add(CONFIGURATIONS[name].policy)
-        if CONFIGURATIONS[name].reflection:
-            add(CONFIGURATIONS[name].reflection)
+        for run in CONFIGURATIONS[name].runs:
+            add(run)
     return list(runs)
 
 

@@ -60,6 +60,8 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
     # design D3: RL against as many more SFT steps on the same demonstrations
     ("Reflect-RL", "Reflect SFT, continued"),
     ("Reflect SFT, continued", "Reflect SFT (before RL)"),
+    # the `paper` protocol: its SFT start against the behaviour that generated its data
+    ("Reflect SFT (before RL)", "oracle + random 0.9 (the paper data's behaviour)"),
 )
 
 
