@@ -105,7 +105,7 @@ CONFIGURATIONS: dict[str, Configuration] = {
     # design D3: the SFT policy trained on for as many optimizer steps as RL takes (compute-matched control)
     "continued_sft": Configuration("Reflect SFT, continued", "sft_policy_continued", "sft_reflection"),
     # the `paper` protocol's data-generating behaviour ("oracle + random 0.9") with a perfect recommendation: what a
-    # policy that fits that protocol's SFT targets exactly can reach (docs/experiments.md §1.2). No training.
+    # policy that fits that protocol's SFT targets exactly can reach (docs/experiments.md §1.4g). No training.
     "data_behaviour": Configuration("oracle + random 0.9 (the paper data's behaviour)", "oracle_random"),
 }
 
