@@ -102,6 +102,8 @@ def test_demo_overrides_are_typed():
 
     parser = argparse.ArgumentParser()
     assert _parse_field("rl_steps", 60, "5", parser) == 5
+    assert _parse_field("rl_steps", None, "900", parser) == 900  # int | None: the protocol's when not given
+    assert _parse_field("rl_steps", None, "none", parser) is None
     assert _parse_field("sft_learning_rate", 3e-3, "1e-3", parser) == 1e-3
     assert _parse_field("eval_decodings", ["greedy"], "greedy,sampled", parser) == ["greedy", "sampled"]
     assert _parse_field("rl_env_kwargs", None, '{"step_reward": -1}', parser) == {"step_reward": -1}
@@ -109,6 +111,8 @@ def test_demo_overrides_are_typed():
         _parse_field("rl_env_kwargs", None, "[1]", parser)
     with pytest.raises(SystemExit):
         _parse_field("rl_steps", 60, "many", parser)
+    with pytest.raises(SystemExit):
+        _parse_field("rl_steps", None, "9.5", parser)
     # optional fields: typed by their annotation, "none" keeps the default
     assert _parse_field("rl_advantage_estimator", "gigpo", "rloo", parser) == "rloo"
     assert _parse_field("sft_policy_learning_rate", None, "3e-4", parser) == 3e-4
@@ -262,6 +266,7 @@ def test_rl_eval_steps_give_every_rl_run_its_greedy_validation_curve(tmp_path):
 
 
 def test_protocols_choose_the_data_the_decoding_and_the_runs(tmp_path):
+    from reflect_trl.errors import UsageError
     from reflect_trl.pipelines.demo import check_demo_config
     from reflect_trl.pipelines.protocols import demo_jobs
 
@@ -279,6 +284,13 @@ def test_protocols_choose_the_data_the_decoding_and_the_runs(tmp_path):
     assert set(paper) == {"sft_reflection", "sft_policy", "sft_plain", "rl_reflect", "rl_plain"}, "no relabel"
     assert flag(paper["sft_policy"], "dataset_path").endswith("policy_reflect")
     assert flag(paper["rl_reflect"], "reflection_temperature") == "1.0"
+    # RL steps: the protocol's own (each chosen on validation) unless rl_steps is given
+    assert flag(strict["rl_reflect"], "max_steps") == "300"
+    assert flag(paper["rl_reflect"], "max_steps") == "900"
+    assert flag(paper["rl_plain"], "max_steps") == "900"
+    assert flag(jobs_of(DemoConfig(protocol="paper", rl_steps=120))["rl_reflect"], "max_steps") == "120"
+    with pytest.raises(UsageError, match="rl_steps 2: the curriculum needs at least one step per stage"):
+        check_demo_config(DemoConfig(protocol="paper", rl_steps=2))
     arms = jobs_of(
         DemoConfig(configurations=["reflect_sft", "sampled_reflections", "both_learn", "reflection_learns"])
     )

@@ -33,10 +33,12 @@ def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentPa
             if current is None and value.lower() == "none":
                 return None
             return parse_list(value, f"--{key}") or []
-        if "None" in annotation:  # an optional field ("float | None", "str | None"): "none" gives None
+        # an optional field ("int | None", "float | None", "str | None"): "none" gives None
+        if "None" in annotation:
             if value.lower() == "none":
                 return None
-            return float(value) if annotation.startswith("float") else value
+            kind = {"int": int, "float": float}.get(annotation.split("|")[0].strip(), str)
+            return kind(value)
         return type(current)(value)
     except ValueError as err:
         parser.error(f"--{key} {value!r}: {err}")

@@ -69,7 +69,8 @@ class DemoConfig:
     sft_policy_learning_rate: float | None = 1e-3
     sft_eval_samples: int = 96
     # RL
-    rl_steps: int = 300
+    # None = the protocol's (pipelines.protocols.PROTOCOLS): strict 300, paper 900 (docs/experiments.md §1.4g)
+    rl_steps: int | None = None
     rl_batch_size: int = 16  # episodes per step
     rl_num_generations: int = 4
     rl_learning_rate: float = 1e-3
@@ -547,7 +548,6 @@ def check_demo_config(cfg: DemoConfig) -> None:
         "sft_policy_steps",
         "sft_reflection_steps",
         "sft_batch_size",
-        "rl_steps",
         "rl_batch_size",
         "rl_num_generations",
         "rl_num_iterations",
@@ -589,7 +589,7 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(
             f"rl_batch_size {cfg.rl_batch_size} must be a multiple of rl_num_generations {cfg.rl_num_generations}"
         )
-    if cfg.rl_steps < len(rl_stages_of(cfg)):
+    if cfg.rl_steps is not None and cfg.rl_steps < len(rl_stages_of(cfg)):
         raise UsageError(
             f"rl_steps {cfg.rl_steps}: the curriculum needs at least one step per stage {rl_stages_of(cfg)}"
         )
