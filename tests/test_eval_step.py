@@ -120,6 +120,27 @@ def test_a_model_no_job_wrote_is_always_evaluated(tiny_model_dir, tmp_path, eval
     assert not list((tmp_path / "eval" / eval_step.CACHE_DIR).glob("*.json"))
 
 
+def test_a_scripted_policy_is_evaluated_once(tiny_model_dir, tmp_path, evaluated):
+    """A scripted policy depends on no run: an unchanged one is reused, another one or other settings are not."""
+    behaviour = EvalConfiguration("behaviour", "oracle_random")
+    first, _ = eval_step.evaluate_reusing([behaviour], SETTINGS, tmp_path / "eval", say=lambda m: None)
+    again, _ = eval_step.evaluate_reusing([behaviour], SETTINGS, tmp_path / "eval", say=lambda m: None)
+    assert evaluated == [["behaviour"]] and again.results == first.results
+    eval_step.evaluate_reusing(
+        [replace(behaviour, policy="random")], SETTINGS, tmp_path / "eval", say=lambda m: None
+    )
+    eval_step.evaluate_reusing(
+        [behaviour], replace(SETTINGS, episodes_per_stage=4), tmp_path / "eval", say=lambda m: None
+    )
+    assert evaluated == [["behaviour"]] * 3
+    # with a trained reflection player, the run's record counts as for any policy
+    reflection = _run(tmp_path / "runs", "sft_reflection", tiny_model_dir)
+    key = eval_step.cache_key(replace(behaviour, policy="oracle", reflection=reflection), SETTINGS)
+    assert (
+        key["runs"]["policy"]["scripted"] == "oracle" and key["runs"]["reflection"]["job"]["command"] == "rl"
+    )
+
+
 def test_workers_evaluate_one_configuration_each_and_change_no_result(tiny_model_dir, tmp_path):
     runs = tmp_path / "runs"
     policy = _run(runs, "rl_reflect", tiny_model_dir)
@@ -153,8 +174,9 @@ def test_workers_evaluate_one_configuration_each_and_change_no_result(tiny_model
         assert (tmp_path / "split" / "transcripts" / name).read_text() == (
             tmp_path / "alone" / "transcripts" / name
         ).read_text()
-    # the split's results are recorded for reuse like any others (the hand-made oracle has no job record)
+    # the split's results are recorded for reuse like any others, the scripted oracle's too
     assert sorted(p.stem for p in (tmp_path / "split" / eval_step.CACHE_DIR).glob("*.json")) == [
+        "oracle",
         "plain",
         "reflect",
     ]

@@ -57,8 +57,17 @@ def job_record(model: str | None) -> dict[str, Any] | None:
 
 
 def cache_key(configuration: EvalConfiguration, settings: EvalSettings) -> dict[str, Any] | None:
-    """What an evaluation of ``configuration`` depends on; ``None`` when one of its models has no job record."""
-    records = {"policy": job_record(configuration.policy), "reflection": job_record(configuration.reflection)}
+    """What an evaluation of ``configuration`` depends on; ``None`` when one of its models has no job record. A
+    scripted policy (``oracle``, ``random``, ...) depends on no run, only on the code that plays it."""
+    from reflect_trl import __version__
+    from reflect_trl.scripted_actors import SCRIPTED_ACTORS
+
+    policy = (
+        {"scripted": configuration.policy, "reflect_trl": __version__}
+        if configuration.policy in SCRIPTED_ACTORS
+        else job_record(configuration.policy)
+    )
+    records = {"policy": policy, "reflection": job_record(configuration.reflection)}
     if records["policy"] is None or (configuration.reflection is not None and records["reflection"] is None):
         return None
     # through JSON, so that a key read back from a file compares equal (tuples become lists)
