@@ -31,6 +31,7 @@ from reflect_trl.pipelines.protocols import (
     configurations_of,
     demo_jobs,
     rl_stages_of,
+    rl_steps_of,
 )
 
 
@@ -589,9 +590,9 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(
             f"rl_batch_size {cfg.rl_batch_size} must be a multiple of rl_num_generations {cfg.rl_num_generations}"
         )
-    if cfg.rl_steps is not None and cfg.rl_steps < len(rl_stages_of(cfg)):
+    if rl_steps_of(cfg) < len(rl_stages_of(cfg)):
         raise UsageError(
-            f"rl_steps {cfg.rl_steps}: the curriculum needs at least one step per stage {rl_stages_of(cfg)}"
+            f"rl_steps {rl_steps_of(cfg)}: the curriculum needs at least one step per stage {rl_stages_of(cfg)}"
         )
     if not 0.0 <= cfg.negative_prob <= 1.0:
         raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")

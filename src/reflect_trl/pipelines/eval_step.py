@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from reflect_trl import __version__
 from reflect_trl.evaluation import (
     EvalConfiguration,
     EvalReport,
@@ -35,6 +36,7 @@ from reflect_trl.evaluation import (
     transcript_key,
 )
 from reflect_trl.pipelines.jobs import DONE_MARKER, Job, run_jobs
+from reflect_trl.scripted_actors import SCRIPTED_ACTORS
 
 CACHE_DIR = "cache"
 WORK_DIR = "workers"  # under the eval dir: each worker's configurations, log and output
@@ -59,9 +61,6 @@ def job_record(model: str | None) -> dict[str, Any] | None:
 def cache_key(configuration: EvalConfiguration, settings: EvalSettings) -> dict[str, Any] | None:
     """What an evaluation of ``configuration`` depends on; ``None`` when one of its models has no job record. A
     scripted policy (``oracle``, ``random``, ...) depends on no run, only on the code that plays it."""
-    from reflect_trl import __version__
-    from reflect_trl.scripted_actors import SCRIPTED_ACTORS
-
     policy = (
         {"scripted": configuration.policy, "reflect_trl": __version__}
         if configuration.policy in SCRIPTED_ACTORS

@@ -234,6 +234,7 @@ def demo_jobs(
     (the continued SFT from ``sft_policy``); with ``reflection_base_url`` the RL steps request their reflections from
     that server."""
     protocol = PROTOCOLS[cfg.protocol]
+    rl_steps = rl_steps_of(cfg)
     jobs: dict[str, Job] = {}
     wanted = needed_runs(cfg)
 
@@ -267,7 +268,7 @@ def demo_jobs(
             needs = (f"relabel_{dataset}",)
         start, schedule = base, dict(lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20))
         if name == "sft_policy_continued":  # the Reflect SFT policy, trained on for rl_steps more steps
-            start, steps, schedule = runs / "sft_policy", rl_steps_of(cfg), dict(lr_scheduler_type="constant")
+            start, steps, schedule = runs / "sft_policy", rl_steps, dict(lr_scheduler_type="constant")
             needs += ("sft_policy",)
         argv = flags(
             model_name_or_path=start,
@@ -300,7 +301,7 @@ def demo_jobs(
             reflection_model_name_or_path=runs / run.reflection if run.reflection else "none",
             env_name=cfg.env_name,
             env_kwargs=json.dumps(rl_env_kwargs),
-            max_steps=rl_steps_of(cfg),
+            max_steps=rl_steps,
             per_device_train_batch_size=cfg.rl_batch_size,
             num_generations=cfg.rl_num_generations,
             num_iterations=cfg.rl_num_iterations,
@@ -312,7 +313,7 @@ def demo_jobs(
             reflection_temperature=temperature,
             curriculum=run.curriculum,
             logging_steps=1,
-            log_episodes_every=max(1, rl_steps_of(cfg) // 3),
+            log_episodes_every=max(1, rl_steps // 3),
         )
         if cfg.rl_tasks == "disjoint":  # start states the SFT data never saw (pipelines.demo.write_rl_tasks)
             argv += flags(train_tasks_file=data / "rl_tasks.jsonl")
