@@ -115,41 +115,6 @@ def test_step_and_crash_rewards_are_configurable():
     assert rewards[-1] == DELIVERY and set(rewards[:-1]) == {0.0} and route.success
 
 
-@pytest.mark.parametrize("mode", ["pickup", "dropoff", "full"])
-def test_progress_reward_is_potential_based(mode):
-    """progress_reward adds c x (distance before - after) per effective move: an episode's return changes by
-    c x (start distance - end distance) whatever the route (crash, wrong drop-off, timeout or success)."""
-    c = 2.0
-    for seed in range(60):
-        plain = DangerousTaxiEnv(mode=mode, step_reward=0.0)
-        shaped = DangerousTaxiEnv(mode=mode, step_reward=0.0, progress_reward=c)
-        plain.reset(seed=seed)
-        shaped.reset(seed=seed)
-        start = shaped.oracle_distance()
-        rng = random.Random(seed)
-        raw_plain = raw_shaped = 0.0
-        while not plain.done:
-            action = shaped.oracle_action() if rng.random() < 0.6 else rng.randrange(len(ACTIONS))
-            raw_plain += plain.step(action)[4]["raw_reward"]
-            raw_shaped += shaped.step(action)[4]["raw_reward"]
-        end = 0 if shaped.success else shaped.oracle_distance()
-        assert raw_shaped - raw_plain == pytest.approx(c * (start - end)), (seed, shaped.actions_taken)
-
-
-def test_progress_reward_per_move_and_training_only():
-    env = DangerousTaxiEnv(mode="pickup", step_reward=0.0, progress_reward=1.0)
-    env.reset_to_state(encode_state(0, 1, 0, 1))  # taxi (0, 1), passenger at R (0, 0): west, then pickup
-    assert env.step(SOUTH)[4]["raw_reward"] == -1.0  # away from the passenger
-    assert env.step(NORTH)[4]["raw_reward"] == 1.0  # back
-    assert env.step(WEST)[4]["raw_reward"] == 1.0
-    assert env.step(PICKUP)[4]["raw_reward"] == 20.0 + 1.0  # the bonus and the last step of progress
-    assert env.success
-    crash = DangerousTaxiEnv(mode="pickup", progress_reward=1.0)
-    crash.reset_to_state(encode_state(0, 1, 0, 1))
-    assert crash.step(NORTH)[4]["raw_reward"] == -10.0  # a crash changes nothing, so it earns no progress
-    assert "progress_reward" in DangerousTaxiEnv.training_only_kwargs
-
-
 def test_crash_on_first_step_for_every_no_effect_action():
     env = DangerousTaxiEnv(mode="full")
     # Taxi at (0, 1): wall to the east, edge to the north; passenger waits at R (0, 0), destination G.

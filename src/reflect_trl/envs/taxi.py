@@ -7,10 +7,6 @@ On top of it (Reflect-RL, section 2.1 of the method notes, with the fixes of sec
   pickup or drop-off) ends the episode (``terminated``) with raw reward -10 -- on the first step too.
 * **Reward scale**: raw rewards are divided by 20 (step -0.05, delivery +1, crash -0.5, pickup bonus +1).
   The step and crash rewards are constructor arguments (``step_reward``, ``crash_reward``; paper values by default).
-* **Progress reward** (training only, off by default): ``progress_reward`` × (the oracle distance before the move −
-  after it) raw, on every move that has an effect -- potential-based shaping (Ng et al. 1999, F = Φ(s') − Φ(s) with
-  Φ = −distance), so the return of an episode changes by a quantity fixed by its start and end states only and
-  the best policy is unchanged; it gives a stage whose rollouts never succeed something to learn from.
 * **Modes** (a task's ``difficulty``): ``pickup`` (the first pickup earns +20 raw instead of the step cost and
   ends the episode with success), ``dropoff`` (the episode starts with the passenger aboard at the pickup
   cell, reached by the shortest path; success = delivered), ``full`` (pickup bonus once, success = delivered).
@@ -364,7 +360,6 @@ class DangerousTaxiEnv(TextEnv):
 
     name = "taxi"
     stages = ("pickup", "dropoff", "full")
-    training_only_kwargs = ("progress_reward",)
 
     def __init__(
         self,
@@ -372,14 +367,12 @@ class DangerousTaxiEnv(TextEnv):
         mode: str | None = None,
         step_reward: float = STEP_REWARD,
         crash_reward: float = CRASH_REWARD,
-        progress_reward: float = 0.0,
     ) -> None:
         super().__init__(horizon)
         # Raw rewards (before the /20 scale). The paper's -1 per step makes an early crash *cheaper* than a late
         # one, so a policy that rarely succeeds learns to crash fast; step_reward=0 removes that incentive.
         self.step_reward = float(step_reward)
         self.crash_reward = float(crash_reward)
-        self.progress_reward = float(progress_reward)
         self.fixed_mode = None if mode is None else self.check_difficulty(mode)
         self.mode = self.fixed_mode or "full"
         self.state = -1  # gym state id
@@ -493,8 +486,6 @@ class DangerousTaxiEnv(TextEnv):
                     self.success = terminated = True
             if dyn.gym_terminated[before][action]:
                 self.delivered = self.success = terminated = True
-            if self.progress_reward:
-                raw += self.progress_reward * self._progress(before, after)
         self.state = after
         self.state_history.append(after)
         truncated = not terminated and self.t >= self.horizon
@@ -513,12 +504,6 @@ class DangerousTaxiEnv(TextEnv):
         if cause is not None:
             info["crash_cause"] = cause
         return self.observation, raw / REWARD_SCALE, terminated, truncated, info
-
-    def _progress(self, before: int, after: int) -> int:
-        """Oracle distance to this mode's success before the move minus after it (the success state counts 0)."""
-        distance = taxi_dynamics().distance[self.goal]
-        remaining = 0 if self.success else distance[after]
-        return distance[before] - remaining if remaining >= 0 and distance[before] >= 0 else 0
 
     # -- oracle ------------------------------------------------------------------------------------------
     @property
