@@ -44,6 +44,7 @@ def test_smoke_demo_produces_every_output(tmp_path):
     assert len(results) == len(TABLE_ROWS) * 3  # three DangerousTaxi stages, greedy decoding
     assert len(list((out / "eval" / "transcripts").glob("*.jsonl"))) == len(results)
     assert set(summary["timings_seconds"]) and summary["total_seconds"] > 0
+    assert summary["rl_steps"] == 3 == json.loads((out / "summary.json").read_text())["rl_steps"]  # resolved
     # every row was evaluated by its own job in the training graph
     assert {f"evaluation {label}" for label, _, _ in TABLE_ROWS} <= set(summary["timings_seconds"])
     # the same demo again: every job and every evaluation is reused

@@ -223,6 +223,7 @@ def test_reproduce_smoke_two_seeds(tmp_path):
     stages = {r["stage"] for r in on_disk["rows"]}
     configurations = {r["configuration"] for r in on_disk["rows"]}
     assert on_disk["protocol"] == "strict"
+    assert on_disk["rl_steps"] == 3  # the smoke runs' RL steps, resolved
     same_decoding = {
         (c["a"], c["b"], c["stage"]) for c in on_disk["comparisons"] if c["decoding_b"] == c["decoding"]
     }
@@ -232,6 +233,7 @@ def test_reproduce_smoke_two_seeds(tmp_path):
         assert c["ci_low"] <= c["diff"] <= c["ci_high"]
     md = (tmp_path / "results.md").read_text()
     assert "| configuration |" in md and "Reflect-RL" in md
+    assert md.startswith("# reflect-trl reproduce: taxi, protocol `strict` (3 RL steps), seeds 0, 1\n")
     for row in on_disk["rows"]:  # held-out episodes split by whether the instance was a training task
         assert row["seen"]["episodes"] + row["unseen"]["episodes"] == row["episodes"]
         assert row["seen"]["successes"] + row["unseen"]["successes"] == row["successes"]

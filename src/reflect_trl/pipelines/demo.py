@@ -470,6 +470,7 @@ def evaluate_demo_runs(
 def _finish(cfg: DemoConfig, progress, report, paths, plots, runs: Path, out: Path) -> dict[str, Any]:
     summary = {
         "config": asdict(cfg),
+        "rl_steps": rl_steps_of(cfg),  # resolved (config.rl_steps None = the protocol's own)
         "timings_seconds": progress.timings,
         "total_seconds": time.perf_counter() - progress.start,
         "results": [asdict(r) for r in report.results],

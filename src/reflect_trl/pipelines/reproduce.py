@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from reflect_trl.pipelines.protocols import rl_steps_of
 from reflect_trl.pipelines.statistics import compare, pool_rows, restrict_to_unseen, training_instances
 
 #: Pairs also compared across decodings: a under each decoding against b under b's best decoding (per stage).
@@ -285,6 +286,7 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
         )
     summary = {
         "protocol": first.protocol,
+        "rl_steps": rl_steps_of(first),  # resolved: the demo config keeps None for "the protocol's own"
         "env_name": config.env_name,
         "seeds": list(config.seeds),
         "split": first.eval_split,
@@ -427,8 +429,9 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
     episodes = {r["episodes"] for r in rows}
     split = summary.get("split") or summary.get("demo_config", {}).get("eval_split", "test")
     parts = [
-        f"# reflect-trl reproduce: {summary['env_name']}, protocol `{summary.get('protocol', 'strict')}`, seeds "
-        f"{', '.join(map(str, seeds))}\n",
+        f"# reflect-trl reproduce: {summary['env_name']}, protocol `{summary.get('protocol', 'strict')}`"
+        + (f" ({summary['rl_steps']} RL steps)" if summary.get("rl_steps") else "")
+        + f", seeds {', '.join(map(str, seeds))}\n",
         f"Held-out `{split}` episodes pooled over {len(seeds)} seeds ({', '.join(map(str, sorted(episodes)))} per "
         f"cell; {summary.get('held_out', f'all {split} episodes')}); success rate with a 95 % interval from a two-level "
         "bootstrap (the training seeds, then the distinct problem instances within each seed), then each seed's "
