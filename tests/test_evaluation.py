@@ -316,3 +316,60 @@ def test_reflection_diagnostics_count_named_followed_and_deviated_turns():
         "pickup_not_at_passenger": 1,
         "on_named_wrong:pickup_not_at_passenger": 1,
     }
+
+
+class _NamingPlayer:
+    """A stand-in reflection player: names "move north" for prompts of even length, no action for the others."""
+
+    tokenizer = None
+    max_prompt_length = None
+
+    def generate(self, prompts, prompt_ids=None):
+        from reflect_trl.reflection.model import ReflectionBatch
+
+        texts = ["go on, so I should move north." if len(p) % 2 == 0 else "I am not sure." for p in prompts]
+        return ReflectionBatch(texts, [1] * len(prompts), [True] * len(prompts), [[] for _ in prompts])
+
+
+def test_reflection_follower_takes_the_named_move_else_a_seeded_draw():
+    """The follower takes the option showing the action its reflection names (through shuffled option orders);
+    where the reflection names none, the option drawn from the episode seed and the turn."""
+    from reflect_trl.envs.taxi import NORTH
+    from reflect_trl.rollout import RolloutEngine
+    from reflect_trl.scripted_actors import scripted_actor
+    from reflect_trl.seeding import derive_seed
+
+    engine = RolloutEngine(
+        "taxi", scripted_actor("reflection_follower"), _NamingPlayer(), shuffle_options=True
+    )
+    tasks = make_env("taxi").make_tasks("validation", 24, seed=5)
+    episodes = engine.run(tasks, list(range(100, 124)))
+    named = drawn = 0
+    positions = set()
+    for episode in episodes:
+        for turn in episode.turns:
+            if turn.reflection.endswith("move north."):
+                named += 1
+                positions.add(turn.option)
+                assert turn.action_index == NORTH and turn.logprob == 0.0
+            else:
+                drawn += 1
+                n = turn.num_options
+                draw = random.Random(
+                    derive_seed(episode.seed, "reflection_follower_policy", turn.step)
+                ).randrange(n)
+                assert turn.option == draw and turn.logprob == pytest.approx(-math.log(n))
+    assert named > 0 and drawn > 0
+    assert len(positions) > 1  # the shuffled prompts showed "move north" under different labels
+
+
+def test_reflection_follower_needs_a_reflection_model():
+    with pytest.raises(ValueError, match="reflection_follower policy .* give it a reflection model"):
+        EvalConfiguration("follower", "reflection_follower").check_models()
+    with pytest.raises(ValueError, match="needs a reflection player"):
+        from reflect_trl.rollout import RolloutEngine
+        from reflect_trl.scripted_actors import scripted_actor
+
+        RolloutEngine("taxi", scripted_actor("reflection_follower")).run(
+            make_env("taxi").make_tasks("test", 1)
+        )

@@ -68,12 +68,18 @@ def instance_interval(rate: float, instances: int) -> tuple[float, float]:
 @dataclass
 class EvalConfiguration:
     name: str
-    policy: str  # model path / hub id, or a scripted policy: "oracle" / "random" / "oracle_random"
+    policy: str  # model path / hub id, or a scripted policy (SCRIPTED_POLICIES: "oracle", "random", ...)
     reflection: str | None = None
 
     def check_models(self, served_reflection: bool = False) -> None:
         """Fail before any episode runs when a model that must be a local directory is missing or is not a model
-        (:func:`reflect_trl.validation.check_model_path`). A served reflection model is a name, not a path."""
+        (:func:`reflect_trl.validation.check_model_path`), or when the reflection-following policy has no reflection
+        model. A served reflection model is a name, not a path."""
+        if self.policy == "reflection_follower" and self.reflection is None:
+            raise ValueError(
+                f"configuration {self.name!r}: the reflection_follower policy takes the move its reflection names; "
+                "give it a reflection model (--reflection DIR after --policy reflection_follower)"
+            )
         for role, ref in (("policy", self.policy), ("reflection", self.reflection)):
             if (
                 ref is None

@@ -120,12 +120,14 @@ class Episode:
 @dataclass(frozen=True)
 class LiveEpisode:
     """One live episode at the current turn, as the engine hands it to the actor: its environment (before the
-    action), the episode so far and this turn's policy prompt. Model actors ignore it; scripted actors
-    (:mod:`reflect_trl.scripted_actors`: the oracle and random policies of evaluation) choose from it."""
+    action), the episode so far, this turn's policy prompt and reflection (None without a reflection player). Model
+    actors ignore it; scripted actors (:mod:`reflect_trl.scripted_actors`: the oracle, random and reflection-following
+    policies of evaluation) choose from it."""
 
     env: TextEnv
     episode: Episode
     prompt: PolicyPrompt
+    reflection: str | None = None
 
 
 class Actor(Protocol):
@@ -347,7 +349,9 @@ class RolloutEngine:
             self.timings.tokenize_s += time.perf_counter() - t0
             # 3. one forward of the policy
             t0 = time.perf_counter()
-            views = [LiveEpisode(self._env(i), episodes[i], prompts[k]) for k, i in enumerate(live)]
+            views = [
+                LiveEpisode(self._env(i), episodes[i], prompts[k], reflections[k]) for k, i in enumerate(live)
+            ]
             options, logps, entropies, values = self.policy.act(
                 ids, [p.num_options for p in prompts], live=views
             )

@@ -1,6 +1,7 @@
 """Scripted players for :class:`~reflect_trl.rollout.RolloutEngine`: the environment's oracle, a uniform random
-policy and the authors' Taxi behaviour policy "oracle + random 0.9" (evaluation's ``oracle`` / ``random`` /
-``oracle_random`` baselines), so that every configuration plays through the same engine.
+policy, the authors' Taxi behaviour policy "oracle + random 0.9" and a policy that always takes the move its
+reflection names (evaluation's ``oracle`` / ``random`` / ``oracle_random`` / ``reflection_follower`` baselines), so
+that every configuration plays through the same engine.
 
 They read the live episodes the engine hands to ``act`` (:class:`~reflect_trl.rollout.LiveEpisode`), not token
 ids: their ``tokenizer`` is None and the engine skips tokenizing the policy prompts for them.
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from reflect_trl.envs.base import OracleUnavailableError
-from reflect_trl.prompts import DEFAULT_LABELS
+from reflect_trl.prompts import DEFAULT_LABELS, recommended_action
 from reflect_trl.seeding import derive_seed
 
 if TYPE_CHECKING:  # the engine imports torch; the pipelines read SCRIPTED_ACTORS without it
@@ -112,15 +113,48 @@ class OracleRandomActor(ScriptedActor):
         return options, logps, entropies, None
 
 
+class ReflectionFollowerActor(ScriptedActor):
+    """Takes the move its reflection names (``prompts.recommended_action``, the rule of the reflection diagnostics);
+    a uniformly drawn option where the reflection names none (draws from the episode seed and the turn). What a
+    policy that has learnt only to copy its reflection reaches: the ceiling of RL that sharpens copying, the mechanism
+    the diagnostics find (docs/experiments.md §1.4h). Needs a reflection player."""
+
+    name = "reflection_follower"
+
+    def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
+        options, logps, entropies = [], [], []
+        for view in live:
+            if view.reflection is None:
+                raise ValueError(
+                    "the reflection_follower policy needs a reflection player (a configuration's reflection)"
+                )
+            n = view.prompt.num_options
+            actions = view.env.observation.actions if view.env.observation is not None else ()
+            named = recommended_action(view.reflection, actions)
+            if named is not None and named in view.prompt.order:
+                options.append(view.prompt.option_of(named))
+                logps.append(0.0)
+                entropies.append(0.0)
+            else:
+                rng = random.Random(
+                    derive_seed(view.episode.seed, "reflection_follower_policy", view.episode.length)
+                )
+                options.append(rng.randrange(n))
+                logps.append(-math.log(n))
+                entropies.append(math.log(n))
+        return options, logps, entropies, None
+
+
 SCRIPTED_ACTORS: dict[str, type[ScriptedActor]] = {
     "oracle": OracleActor,
     "random": RandomActor,
     "oracle_random": OracleRandomActor,
+    "reflection_follower": ReflectionFollowerActor,
 }
 
 
 def scripted_actor(name: str, labels: Sequence[str] = DEFAULT_LABELS) -> ScriptedActor:
-    """The scripted actor called ``name`` (``oracle``, ``random`` or ``oracle_random``)."""
+    """The scripted actor called ``name`` (:data:`SCRIPTED_ACTORS`)."""
     if name not in SCRIPTED_ACTORS:
         raise ValueError(f"unknown scripted policy {name!r}; known: {tuple(SCRIPTED_ACTORS)}")
     return SCRIPTED_ACTORS[name](labels)

@@ -78,7 +78,7 @@ def eval_parser() -> argparse.ArgumentParser:
         usage="reflect-trl eval [--config EVAL.yaml] [--policy DIR [--reflection DIR] [--name NAME] ...] "
         "[--SETTING VALUE ...]",
         description="Evaluate policies (with or without a reflection model, or the built-in oracle / random / "
-        "oracle_random) on held-out episodes of every stage: success with 95 % Wilson intervals, results.json, "
+        "oracle_random / reflection_follower) on held-out episodes of every stage: success with 95 % Wilson intervals, results.json, "
         "results.md and transcripts. Configurations come from --config (a 'configurations' list) and/or --policy.",
     )
     parser.add_argument(
@@ -90,7 +90,7 @@ def eval_parser() -> argparse.ArgumentParser:
         "--policy",
         action=_ConfigurationFlag,
         help="add one configuration: a policy directory / hub id, or oracle / random / oracle_random (the "
-        "authors' 'oracle + random 0.9') (repeatable)",
+        "authors' 'oracle + random 0.9') / reflection_follower (takes the move its --reflection names) (repeatable)",
     )
     parser.add_argument(
         "--reflection",

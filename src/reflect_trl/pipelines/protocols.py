@@ -111,6 +111,11 @@ CONFIGURATIONS: dict[str, Configuration] = {
     # the `paper` protocol's data-generating behaviour ("oracle + random 0.9") with a perfect recommendation: what a
     # policy that fits that protocol's SFT targets exactly can reach (docs/experiments.md §1.4g). No training.
     "data_behaviour": Configuration("oracle + random 0.9 (the paper data's behaviour)", "oracle_random"),
+    # a policy that always takes the move its SFT'd reflection names: the ceiling of an RL that only sharpens copying
+    # the reflection (docs/experiments.md §1.4h). No training of the policy.
+    "reflection_follower": Configuration(
+        "follows its reflection (no policy training)", "reflection_follower", "sft_reflection"
+    ),
 }
 
 # SFT run -> (data set, role, reflection run whose own reflections replace the oracle's in the policy data)
