@@ -366,11 +366,12 @@ def test_rl_stages_leave_a_stage_out_of_rl(tmp_path):
 
 def test_paper_protocol_smoke_demo(tmp_path):
     """The paper protocol end to end: executed (mostly random) targets, oracle reflections in the policy data,
-    sampled reflections in RL, both decodings evaluated; the data's behaviour policy is a row of its own (sampled,
-    no training)."""
+    sampled reflections in RL, both decodings evaluated; the data's behaviour policy and the reflection follower are
+    rows of their own (no policy training; the follower reads the SFT'd reflection model, under both decodings)."""
     cfg = replace(DemoConfig.smoke(str(tmp_path)), protocol="paper", eval_decodings=["greedy", "sampled"])
     summary = run_demo(cfg)
     behaviour = "oracle + random 0.9 (the paper data's behaviour)"
+    follower = "follows its reflection (no policy training)"
     labels = {r["configuration"] for r in summary["results"]}
     assert labels == {
         "SFT only",
@@ -378,10 +379,16 @@ def test_paper_protocol_smoke_demo(tmp_path):
         "Reflect SFT (before RL)",
         "Reflect-RL",
         behaviour,
+        follower,
     }
     assert {r["decoding"] for r in summary["results"]} == {"greedy", "sampled"}
     assert {r["decoding"] for r in summary["results"] if r["configuration"] == behaviour} == {"sampled"}
+    assert {r["decoding"] for r in summary["results"] if r["configuration"] == follower} == {"greedy", "sampled"}
+    for r in summary["results"]:  # the follower takes the move its reflection names wherever it names one
+        if r["configuration"] == follower and r["diagnostics"].get("named"):
+            assert r["diagnostics"]["followed"] == r["diagnostics"]["named"]
     assert not (tmp_path / "runs" / "oracle_random").exists()
+    assert not (tmp_path / "runs" / "reflection_follower").exists()
     card = (tmp_path / "data" / "taxi" / "README.md").read_text()
     assert "random_action_prob 0.9" in card and "executed action" in card
     assert not (tmp_path / "data" / "taxi" / "policy_reflect_model").exists()

@@ -56,7 +56,7 @@ PROTOCOLS: dict[str, Protocol] = {
         rl_steps=300,
     ),
     "paper": Protocol(
-        ("sft_only", "rl_plain", "reflect_sft", "reflect_rl", "data_behaviour"),
+        ("sft_only", "rl_plain", "reflect_sft", "reflect_rl", "data_behaviour", "reflection_follower"),
         relabel=False,
         rl_reflection_temperature=1.0,
         # 900, not 300: pooled validation `pickup` success 7.7 against 2.5 % over seeds 0-2 (docs/experiments.md §1.4g)

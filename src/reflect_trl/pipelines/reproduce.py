@@ -63,6 +63,8 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect SFT, continued", "Reflect SFT (before RL)"),
     # the `paper` protocol: its SFT start against the behaviour that generated its data
     ("Reflect SFT (before RL)", "oracle + random 0.9 (the paper data's behaviour)"),
+    # RL against the ceiling of copying its reflection (scripted_actors.ReflectionFollowerActor)
+    ("Reflect-RL", "follows its reflection (no policy training)"),
 )
 
 
