@@ -383,7 +383,10 @@ def test_paper_protocol_smoke_demo(tmp_path):
     }
     assert {r["decoding"] for r in summary["results"]} == {"greedy", "sampled"}
     assert {r["decoding"] for r in summary["results"] if r["configuration"] == behaviour} == {"sampled"}
-    assert {r["decoding"] for r in summary["results"] if r["configuration"] == follower} == {"greedy", "sampled"}
+    assert {r["decoding"] for r in summary["results"] if r["configuration"] == follower} == {
+        "greedy",
+        "sampled",
+    }
     for r in summary["results"]:  # the follower takes the move its reflection names wherever it names one
         if r["configuration"] == follower and r["diagnostics"].get("named"):
             assert r["diagnostics"]["followed"] == r["diagnostics"]["named"]

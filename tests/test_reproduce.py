@@ -265,6 +265,7 @@ def test_reproduce_smoke_two_seeds(tmp_path):
 def test_finished_summary_needs_the_same_configuration(tmp_path):
     from dataclasses import asdict, replace
 
+    from reflect_trl.pipelines.protocols import CONFIGURATIONS, configurations_of
     from reflect_trl.pipelines.reproduce import finished_summary
 
     cfg = ReproduceConfig(seeds=[3], output_dir=str(tmp_path), smoke=True).demo_config(3)
@@ -273,9 +274,19 @@ def test_finished_summary_needs_the_same_configuration(tmp_path):
     assert finished_summary(cfg) is None  # nothing there
     (seed_dir / "demo_config.json").write_text(json.dumps(asdict(cfg)))
     assert finished_summary(cfg) is None  # started, not finished
-    (seed_dir / "summary.json").write_text(json.dumps({"results": [{"configuration": "x"}]}))
-    assert finished_summary(cfg) == {"results": [{"configuration": "x"}]}
+    rows = [{"configuration": CONFIGURATIONS[name].label} for name in configurations_of(cfg)]
+    finished = {"rl_steps": cfg.rl_steps, "results": rows}
+    (seed_dir / "summary.json").write_text(json.dumps(finished))
+    assert finished_summary(cfg) == finished
     assert finished_summary(replace(cfg, rl_steps=cfg.rl_steps + 1)) is None  # another configuration
+    # a protocol whose rows or RL steps changed in the code since the run (the config fields left unset are equal)
+    (seed_dir / "summary.json").write_text(json.dumps({**finished, "results": rows[1:]}))
+    assert finished_summary(cfg) is None
+    (seed_dir / "summary.json").write_text(json.dumps({**finished, "rl_steps": cfg.rl_steps + 1}))
+    assert finished_summary(cfg) is None
+    (seed_dir / "summary.json").write_text(json.dumps({"results": rows}))  # a run before the rl_steps record
+    assert finished_summary(cfg) is None
+    (seed_dir / "summary.json").write_text(json.dumps(finished))
     older = {k: v for k, v in asdict(cfg).items() if k != "rl_eval_steps"}  # a run before a new field
     (seed_dir / "demo_config.json").write_text(json.dumps(older))
     assert finished_summary(cfg) is None

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reflect_trl.pipelines.protocols import rl_steps_of
+from reflect_trl.pipelines.protocols import CONFIGURATIONS, configurations_of, rl_steps_of
 from reflect_trl.pipelines.statistics import compare, pool_rows, restrict_to_unseen, training_instances
 
 #: Pairs also compared across decodings: a under each decoding against b under b's best decoding (per stage).
@@ -124,8 +124,9 @@ def _machine() -> dict[str, Any]:
 
 def finished_summary(cfg: Any) -> dict[str, Any] | None:
     """The ``summary.json`` of a finished demo run in ``cfg.output_dir`` whose ``demo_config.json`` equals ``cfg``
-    (every field: seed, steps, data, evaluation); ``None`` when there is none, anything differs or the run predates
-    a field."""
+    (every field: seed, steps, data, evaluation) and whose rows and RL steps are what ``cfg`` resolves to now (a field
+    left to the protocol, such as ``configurations`` or ``rl_steps``, follows the code); ``None`` when there is none,
+    anything differs or the run predates a field."""
     seed_dir = Path(cfg.output_dir)
     try:
         recorded = json.loads((seed_dir / "demo_config.json").read_text())
@@ -135,6 +136,12 @@ def finished_summary(cfg: Any) -> dict[str, Any] | None:
     current = json.loads(json.dumps(asdict(cfg)))
     # a field added since the run is a difference: its default need not be what the run did then
     if {k: recorded.get(k) for k in current} != current or "results" not in summary:
+        return None
+    rows = {CONFIGURATIONS[name].label for name in configurations_of(cfg)}
+    if (
+        summary.get("rl_steps") != rl_steps_of(cfg)
+        or {r.get("configuration") for r in summary["results"]} != rows
+    ):
         return None
     return summary
 
