@@ -73,12 +73,14 @@ class EvalConfiguration:
 
     def check_models(self, served_reflection: bool = False) -> None:
         """Fail before any episode runs when a model that must be a local directory is missing or is not a model
-        (:func:`reflect_trl.validation.check_model_path`), or when the reflection-following policy has no reflection
-        model. A served reflection model is a name, not a path."""
-        if self.policy == "reflection_follower" and self.reflection is None:
+        (:func:`reflect_trl.validation.check_model_path`), or when a scripted policy that chooses from its reflection
+        (``ScriptedActor.needs_reflection``) has no reflection model. A served reflection model is a name, not a
+        path."""
+        scripted = SCRIPTED_ACTORS.get(self.policy)
+        if scripted is not None and scripted.needs_reflection and self.reflection is None:
             raise ValueError(
-                f"configuration {self.name!r}: the reflection_follower policy takes the move its reflection names; "
-                "give it a reflection model (--reflection DIR after --policy reflection_follower)"
+                f"configuration {self.name!r}: the {self.policy} policy chooses from its reflection; "
+                f"give it a reflection model (--reflection DIR after --policy {self.policy})"
             )
         for role, ref in (("policy", self.policy), ("reflection", self.reflection)):
             if (

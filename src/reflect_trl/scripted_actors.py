@@ -29,6 +29,7 @@ class ScriptedActor:
 
     name = "scripted"
     tokenizer = None
+    needs_reflection = False  # True: it chooses from the turn's reflection, so a configuration must give one
 
     def __init__(self, labels: Sequence[str] = DEFAULT_LABELS) -> None:
         self._labels = tuple(labels)
@@ -79,14 +80,16 @@ class RandomActor(ScriptedActor):
     name = "random"
 
     def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
-        options, logps, entropies = [], [], []
-        for view in live:
-            n = view.prompt.num_options
-            rng = random.Random(derive_seed(view.episode.seed, "random_policy", view.episode.length))
-            options.append(rng.randrange(n))
-            logps.append(-math.log(n))
-            entropies.append(math.log(n))
-        return options, logps, entropies, None
+        draws = [_uniform_option(view, "random_policy") for view in live]
+        return [d[0] for d in draws], [d[1] for d in draws], [d[2] for d in draws], None
+
+
+def _uniform_option(view: LiveEpisode, stream: str) -> tuple[int, float, float]:
+    """A uniformly drawn option, its log-prob and the entropy: the draw depends only on the episode seed, ``stream``
+    and the turn (``derive_seed(seed, stream, t)``), not on the batch."""
+    n = view.prompt.num_options
+    rng = random.Random(derive_seed(view.episode.seed, stream, view.episode.length))
+    return rng.randrange(n), -math.log(n), math.log(n)
 
 
 class OracleRandomActor(ScriptedActor):
@@ -120,29 +123,22 @@ class ReflectionFollowerActor(ScriptedActor):
     the diagnostics find (docs/experiments.md §1.4h). Needs a reflection player."""
 
     name = "reflection_follower"
+    needs_reflection = True
 
     def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
-        options, logps, entropies = [], [], []
+        draws = []
         for view in live:
             if view.reflection is None:
                 raise ValueError(
                     "the reflection_follower policy needs a reflection player (a configuration's reflection)"
                 )
-            n = view.prompt.num_options
             actions = view.env.observation.actions if view.env.observation is not None else ()
             named = recommended_action(view.reflection, actions)
             if named is not None and named in view.prompt.order:
-                options.append(view.prompt.option_of(named))
-                logps.append(0.0)
-                entropies.append(0.0)
+                draws.append((view.prompt.option_of(named), 0.0, 0.0))
             else:
-                rng = random.Random(
-                    derive_seed(view.episode.seed, "reflection_follower_policy", view.episode.length)
-                )
-                options.append(rng.randrange(n))
-                logps.append(-math.log(n))
-                entropies.append(math.log(n))
-        return options, logps, entropies, None
+                draws.append(_uniform_option(view, "reflection_follower_policy"))
+        return [d[0] for d in draws], [d[1] for d in draws], [d[2] for d in draws], None
 
 
 SCRIPTED_ACTORS: dict[str, type[ScriptedActor]] = {

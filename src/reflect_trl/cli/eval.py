@@ -78,8 +78,9 @@ def eval_parser() -> argparse.ArgumentParser:
         usage="reflect-trl eval [--config EVAL.yaml] [--policy DIR [--reflection DIR] [--name NAME] ...] "
         "[--SETTING VALUE ...]",
         description="Evaluate policies (with or without a reflection model, or the built-in oracle / random / "
-        "oracle_random / reflection_follower) on held-out episodes of every stage: success with 95 % Wilson intervals, results.json, "
-        "results.md and transcripts. Configurations come from --config (a 'configurations' list) and/or --policy.",
+        "oracle_random / reflection_follower) on held-out episodes of every stage: success with 95 % Wilson "
+        "intervals, results.json, results.md and transcripts. Configurations come from --config (a "
+        "'configurations' list) and/or --policy.",
     )
     parser.add_argument(
         "--config",
