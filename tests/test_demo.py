@@ -436,3 +436,34 @@ def test_taxi_rl_settings_do_not_reward_crashing_later():
         assert all(r <= early + 1e-12 for r in later), (env_kwargs, gamma, early, later)
     early, *later = _crash_returns({"step_reward": 0.0}, 0.95)  # the trap itself
     assert all(r > early for r in later)
+
+
+def test_random_action_prob_overrides_the_protocols_trajectories(tmp_path):
+    """--random_action_prob replaces the protocol's "oracle + random p" (paper: 0.9) in the data a demo builds: the
+    policy's executed-action targets are the oracle's move on about 1 - p + p / 6 of the rows."""
+    import json
+
+    from reflect_trl.errors import UsageError
+    from reflect_trl.pipelines.demo import _Progress, check_demo_config, data_settings, prepare_demo
+
+    assert data_settings(DemoConfig(protocol="paper"))["random_action_prob"] == 0.9
+    assert data_settings(DemoConfig(protocol="paper", random_action_prob=0.5))["random_action_prob"] == 0.5
+    assert "random_action_prob" not in data_settings(DemoConfig())
+    with pytest.raises(UsageError, match="random_action_prob must be in \\[0, 1\\], got 1.5"):
+        check_demo_config(DemoConfig(random_action_prob=1.5))
+
+    def oracle_share(p: float | None) -> float:
+        cfg = DemoConfig(
+            protocol="paper",
+            random_action_prob=p,
+            n_train_tasks=40,
+            output_dir=str(tmp_path / f"p{p}"),
+            report_to="none",
+        )
+        _, data = prepare_demo(cfg, _Progress())
+        rows = [json.loads(line) for line in (data / "policy_reflect.jsonl").read_text().splitlines()]
+        return sum(r["option_index"] == r["action_index"] for r in rows) / len(rows)
+
+    paper, half = oracle_share(None), oracle_share(0.5)
+    assert 0.17 < paper < 0.33, paper  # 0.1 + 0.9 / 6 = 0.25
+    assert 0.50 < half < 0.67, half  # 0.5 + 0.5 / 6 = 0.58

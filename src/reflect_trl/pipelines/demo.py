@@ -56,6 +56,8 @@ class DemoConfig:
     n_train_tasks: int = 100
     n_val_tasks: int = 20
     negative_prob: float = 0.5
+    # the "oracle + random p" trajectories' p (None = the protocol's: strict 0, paper the authors' 0.9)
+    random_action_prob: float | None = None
     # SFT
     sft_policy_steps: int = 400
     # 1500 steps: the reflections name the oracle's action in 90.3 % of the 558 validation rows (1200: 87.5 %) and the
@@ -237,12 +239,20 @@ def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path]:
             negative_prob=cfg.negative_prob,
             seed=cfg.seed,
             output_dir=str(out / "data"),
-            **PROTOCOLS[cfg.protocol].data,
+            **data_settings(cfg),
         )
         build_datasets(data_config)
         if cfg.rl_tasks == "disjoint":
             write_rl_tasks(cfg, out / "data" / cfg.env_name / "rl_tasks.jsonl")
     return base, out / "data" / cfg.env_name
+
+
+def data_settings(cfg: DemoConfig) -> dict[str, Any]:
+    """The protocol's data settings (``DataBuilderConfig`` fields), with the demo's ``random_action_prob`` if given."""
+    settings = dict(PROTOCOLS[cfg.protocol].data)
+    if cfg.random_action_prob is not None:
+        settings["random_action_prob"] = cfg.random_action_prob
+    return settings
 
 
 def rl_task_list(cfg: DemoConfig) -> list[Any]:
@@ -597,3 +607,5 @@ def check_demo_config(cfg: DemoConfig) -> None:
         )
     if not 0.0 <= cfg.negative_prob <= 1.0:
         raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")
+    if cfg.random_action_prob is not None and not 0.0 <= cfg.random_action_prob <= 1.0:
+        raise UsageError(f"random_action_prob must be in [0, 1], got {cfg.random_action_prob}")
