@@ -115,6 +115,24 @@ def test_step_and_crash_rewards_are_configurable():
     assert rewards[-1] == DELIVERY and set(rewards[:-1]) == {0.0} and route.success
 
 
+def test_timeout_reward_is_added_when_the_horizon_cuts_the_episode():
+    """timeout_reward (raw) lands on the step the horizon cuts, never on a crash or a success; 0 by default."""
+    state = encode_state(0, 1, 0, 1)  # passenger at R (0, 0), destination G; west then east never crash here
+    for timeout, last in ((0.0, 0.0), (-10.0, CRASH)):
+        env = DangerousTaxiEnv(mode="full", horizon=4, step_reward=0.0, timeout_reward=timeout)
+        env.reset_to_state(state)
+        rewards = [env.step(a) for a in (WEST, EAST, WEST, EAST)]
+        assert [r[1] for r in rewards] == [0.0, 0.0, 0.0, last]
+        assert rewards[-1][3] and not rewards[-1][2] and not rewards[-1][4]["crash"]
+        env.reset_to_state(state)
+        assert env.step(NORTH)[1] == CRASH  # a crash before the horizon: no timeout reward
+    route = DangerousTaxiEnv(mode="dropoff", step_reward=0.0, timeout_reward=-10.0)
+    route.reset(seed=3)
+    while not route.done:
+        reward = route.step(route.oracle_action())[1]
+    assert reward == DELIVERY and route.success
+
+
 def test_crash_on_first_step_for_every_no_effect_action():
     env = DangerousTaxiEnv(mode="full")
     # Taxi at (0, 1): wall to the east, edge to the north; passenger waits at R (0, 0), destination G.

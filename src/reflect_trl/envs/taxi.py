@@ -6,7 +6,8 @@ On top of it (Reflect-RL, section 2.1 of the method notes, with the fixes of sec
 * **Crash rule**: an action that leaves the state unchanged (driving into a wall or off the grid, an illegal
   pickup or drop-off) ends the episode (``terminated``) with raw reward -10 -- on the first step too.
 * **Reward scale**: raw rewards are divided by 20 (step -0.05, delivery +1, crash -0.5, pickup bonus +1).
-  The step and crash rewards are constructor arguments (``step_reward``, ``crash_reward``; paper values by default).
+  The step and crash rewards are constructor arguments (``step_reward``, ``crash_reward``; paper values by default);
+  ``timeout_reward`` (0 by default, as in the paper) is added to the last step of an episode cut at the horizon.
 * **Modes** (a task's ``difficulty``): ``pickup`` (the first pickup earns +20 raw instead of the step cost and
   ends the episode with success), ``dropoff`` (the episode starts with the passenger aboard at the pickup
   cell, reached by the shortest path; success = delivered), ``full`` (pickup bonus once, success = delivered).
@@ -367,12 +368,16 @@ class DangerousTaxiEnv(TextEnv):
         mode: str | None = None,
         step_reward: float = STEP_REWARD,
         crash_reward: float = CRASH_REWARD,
+        timeout_reward: float = 0.0,
     ) -> None:
         super().__init__(horizon)
         # Raw rewards (before the /20 scale). The paper's -1 per step makes an early crash *cheaper* than a late
         # one, so a policy that rarely succeeds learns to crash fast; step_reward=0 removes that incentive.
         self.step_reward = float(step_reward)
         self.crash_reward = float(crash_reward)
+        # Raw reward added when the horizon cuts an episode: with step_reward=0 a timeout (0) pays more than a crash,
+        # so a policy can learn to wander until the horizon; timeout_reward=crash_reward makes both failures equal.
+        self.timeout_reward = float(timeout_reward)
         self.fixed_mode = None if mode is None else self.check_difficulty(mode)
         self.mode = self.fixed_mode or "full"
         self.state = -1  # gym state id
@@ -489,6 +494,8 @@ class DangerousTaxiEnv(TextEnv):
         self.state = after
         self.state_history.append(after)
         truncated = not terminated and self.t >= self.horizon
+        if truncated:
+            raw += self.timeout_reward
         self.done = terminated or truncated
         self.observation = self._observe()
         info = {
