@@ -451,6 +451,13 @@ def test_random_action_prob_overrides_the_protocols_trajectories(tmp_path):
     assert "random_action_prob" not in data_settings(DemoConfig())
     with pytest.raises(UsageError, match="random_action_prob must be in \\[0, 1\\], got 1.5"):
         check_demo_config(DemoConfig(random_action_prob=1.5))
+    with pytest.raises(
+        UsageError, match="'data_behaviour' plays 'oracle \\+ random 0.9'.*random_action_prob 0.5"
+    ):
+        check_demo_config(
+            DemoConfig(protocol="paper", random_action_prob=0.5)
+        )  # the protocol's rows include it
+    check_demo_config(DemoConfig(protocol="paper", random_action_prob=0.5, configurations=["reflect_sft"]))
 
     def oracle_share(p: float | None) -> float:
         cfg = DemoConfig(

@@ -527,6 +527,7 @@ def check_demo_config(cfg: DemoConfig) -> None:
     from reflect_trl.evaluation import DECODINGS
     from reflect_trl.reflection import get_oracle_reflector
     from reflect_trl.rl_math import ADVANTAGE_ESTIMATORS
+    from reflect_trl.scripted_actors import OracleRandomActor
     from reflect_trl.tiny_models import ARCHITECTURES, PRESETS
     from reflect_trl.validation import check_env
 
@@ -609,3 +610,10 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")
     if cfg.random_action_prob is not None and not 0.0 <= cfg.random_action_prob <= 1.0:
         raise UsageError(f"random_action_prob must be in [0, 1], got {cfg.random_action_prob}")
+    behaviour_p = OracleRandomActor.random_action_prob  # the row 'data_behaviour' plays the authors' data's p
+    p = data_settings(cfg).get("random_action_prob", 0.0)
+    if "data_behaviour" in configurations_of(cfg) and p != behaviour_p:
+        raise UsageError(
+            f"configuration 'data_behaviour' plays 'oracle + random {behaviour_p}', but this demo's data use "
+            f"random_action_prob {p}; leave it out of --configurations"
+        )
