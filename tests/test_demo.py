@@ -444,7 +444,8 @@ def test_random_action_prob_overrides_the_protocols_trajectories(tmp_path):
     import json
 
     from reflect_trl.errors import UsageError
-    from reflect_trl.pipelines.demo import _Progress, check_demo_config, data_settings, prepare_demo
+    from reflect_trl.pipelines.demo import _Progress, check_demo_config, prepare_demo
+    from reflect_trl.pipelines.protocols import data_settings
 
     assert data_settings(DemoConfig(protocol="paper"))["random_action_prob"] == 0.9
     assert data_settings(DemoConfig(protocol="paper", random_action_prob=0.5))["random_action_prob"] == 0.5

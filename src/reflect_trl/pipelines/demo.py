@@ -28,7 +28,9 @@ from reflect_trl.pipelines.protocols import (
     CONFIGURATIONS,
     PROTOCOLS,
     SFT_RUNS,
+    check_data_settings,
     configurations_of,
+    data_settings,
     demo_jobs,
     rl_stages_of,
     rl_steps_of,
@@ -245,14 +247,6 @@ def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path]:
         if cfg.rl_tasks == "disjoint":
             write_rl_tasks(cfg, out / "data" / cfg.env_name / "rl_tasks.jsonl")
     return base, out / "data" / cfg.env_name
-
-
-def data_settings(cfg: DemoConfig) -> dict[str, Any]:
-    """The protocol's data settings (``DataBuilderConfig`` fields), with the demo's ``random_action_prob`` if given."""
-    settings = dict(PROTOCOLS[cfg.protocol].data)
-    if cfg.random_action_prob is not None:
-        settings["random_action_prob"] = cfg.random_action_prob
-    return settings
 
 
 def rl_task_list(cfg: DemoConfig) -> list[Any]:
@@ -527,7 +521,6 @@ def check_demo_config(cfg: DemoConfig) -> None:
     from reflect_trl.evaluation import DECODINGS
     from reflect_trl.reflection import get_oracle_reflector
     from reflect_trl.rl_math import ADVANTAGE_ESTIMATORS
-    from reflect_trl.scripted_actors import OracleRandomActor
     from reflect_trl.tiny_models import ARCHITECTURES, PRESETS
     from reflect_trl.validation import check_env
 
@@ -608,12 +601,4 @@ def check_demo_config(cfg: DemoConfig) -> None:
         )
     if not 0.0 <= cfg.negative_prob <= 1.0:
         raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")
-    if cfg.random_action_prob is not None and not 0.0 <= cfg.random_action_prob <= 1.0:
-        raise UsageError(f"random_action_prob must be in [0, 1], got {cfg.random_action_prob}")
-    behaviour_p = OracleRandomActor.random_action_prob  # the row 'data_behaviour' plays the authors' data's p
-    p = data_settings(cfg).get("random_action_prob", 0.0)
-    if "data_behaviour" in configurations_of(cfg) and p != behaviour_p:
-        raise UsageError(
-            f"configuration 'data_behaviour' plays 'oracle + random {behaviour_p}', but this demo's data use "
-            f"random_action_prob {p}; leave it out of --configurations"
-        )
+    check_data_settings(cfg)

@@ -191,6 +191,30 @@ def needed_runs(cfg: DemoConfig) -> list[str]:
     return list(runs)
 
 
+def data_settings(cfg: DemoConfig) -> dict[str, Any]:
+    """The protocol's data settings (``DataBuilderConfig`` fields), with the demo's ``random_action_prob`` if given."""
+    settings = dict(PROTOCOLS[cfg.protocol].data)
+    if cfg.random_action_prob is not None:
+        settings["random_action_prob"] = cfg.random_action_prob
+    return settings
+
+
+def check_data_settings(cfg: DemoConfig) -> None:
+    """Refuse a ``random_action_prob`` outside [0, 1], or one the ``data_behaviour`` row would not play."""
+    from reflect_trl.errors import UsageError
+    from reflect_trl.scripted_actors import OracleRandomActor
+
+    if cfg.random_action_prob is not None and not 0.0 <= cfg.random_action_prob <= 1.0:
+        raise UsageError(f"random_action_prob must be in [0, 1], got {cfg.random_action_prob}")
+    behaviour_p = OracleRandomActor.random_action_prob  # the row 'data_behaviour' plays the authors' data's p
+    p = data_settings(cfg).get("random_action_prob", 0.0)
+    if "data_behaviour" in configurations_of(cfg) and p != behaviour_p:
+        raise UsageError(
+            f"configuration 'data_behaviour' plays 'oracle + random {behaviour_p}', but this demo's data use "
+            f"random_action_prob {p}; leave it out of --configurations"
+        )
+
+
 def relabelled(cfg: DemoConfig, sft_run: str) -> bool:
     """Whether the policy SFT run ``sft_run`` learns on its reflection model's own reflections (reflect-trl relabel)."""
     _, role, reflector = SFT_RUNS[sft_run]
