@@ -30,7 +30,7 @@ from reflect_trl.pipelines.protocols import (
     SFT_RUNS,
     check_data_settings,
     configurations_of,
-    data_settings,
+    data_builder_config,
     demo_jobs,
     rl_stages_of,
     rl_steps_of,
@@ -218,7 +218,7 @@ def demo_eval_configurations(cfg: DemoConfig, runs: Path):
 def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path]:
     """Steps 1-2 of the demo: record the configuration, build the untrained model and the SFT data. Returns the
     base model and the data folder."""
-    from reflect_trl.data.builder import DataBuilderConfig, build_datasets
+    from reflect_trl.data.builder import build_datasets
     from reflect_trl.tracking import configure_tracking
 
     out = Path(cfg.output_dir)
@@ -233,17 +233,7 @@ def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path]:
         base = base_model(cfg, out / "models")
 
     with progress.step(f"2/5 {cfg.env_name} data with negative examples"):
-        data_config = DataBuilderConfig(
-            env_name=cfg.env_name,
-            env_kwargs=dict(cfg.env_kwargs),
-            n_train_tasks=cfg.n_train_tasks,
-            n_val_tasks=cfg.n_val_tasks,
-            negative_prob=cfg.negative_prob,
-            seed=cfg.seed,
-            output_dir=str(out / "data"),
-            **data_settings(cfg),
-        )
-        build_datasets(data_config)
+        build_datasets(data_builder_config(cfg, out / "data"))
         if cfg.rl_tasks == "disjoint":
             write_rl_tasks(cfg, out / "data" / cfg.env_name / "rl_tasks.jsonl")
     return base, out / "data" / cfg.env_name
@@ -599,6 +589,4 @@ def check_demo_config(cfg: DemoConfig) -> None:
         raise UsageError(
             f"rl_steps {rl_steps_of(cfg)}: the curriculum needs at least one step per stage {rl_stages_of(cfg)}"
         )
-    if not 0.0 <= cfg.negative_prob <= 1.0:
-        raise UsageError(f"negative_prob must be in [0, 1], got {cfg.negative_prob}")
     check_data_settings(cfg)

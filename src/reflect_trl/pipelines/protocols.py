@@ -24,6 +24,7 @@ from reflect_trl.pipelines.jobs import Job
 from reflect_trl.scripted_actors import SCRIPTED_ACTORS
 
 if TYPE_CHECKING:
+    from reflect_trl.data.builder import DataBuilderConfig
     from reflect_trl.pipelines.demo import DemoConfig
 
 
@@ -199,15 +200,35 @@ def data_settings(cfg: DemoConfig) -> dict[str, Any]:
     return settings
 
 
+def data_builder_config(cfg: DemoConfig, output_dir: str | Path) -> DataBuilderConfig:
+    """The SFT data's builder settings: the demo's counts and seed with the protocol's :func:`data_settings`."""
+    from reflect_trl.data.builder import DataBuilderConfig
+
+    return DataBuilderConfig(
+        env_name=cfg.env_name,
+        env_kwargs=dict(cfg.env_kwargs),
+        n_train_tasks=cfg.n_train_tasks,
+        n_val_tasks=cfg.n_val_tasks,
+        negative_prob=cfg.negative_prob,
+        seed=cfg.seed,
+        output_dir=str(output_dir),
+        **data_settings(cfg),
+    )
+
+
 def check_data_settings(cfg: DemoConfig) -> None:
-    """Refuse a ``random_action_prob`` outside [0, 1], or one the ``data_behaviour`` row would not play."""
+    """Refuse data settings the builder would refuse, or a ``random_action_prob`` the ``data_behaviour`` row would
+    not play."""
     from reflect_trl.errors import UsageError
     from reflect_trl.scripted_actors import OracleRandomActor
 
-    if cfg.random_action_prob is not None and not 0.0 <= cfg.random_action_prob <= 1.0:
-        raise UsageError(f"random_action_prob must be in [0, 1], got {cfg.random_action_prob}")
+    try:
+        p = data_builder_config(
+            cfg, cfg.output_dir
+        ).random_action_prob  # builds the settings only, writes nothing
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     behaviour_p = OracleRandomActor.random_action_prob  # the row 'data_behaviour' plays the authors' data's p
-    p = data_settings(cfg).get("random_action_prob", 0.0)
     if "data_behaviour" in configurations_of(cfg) and p != behaviour_p:
         raise UsageError(
             f"configuration 'data_behaviour' plays 'oracle + random {behaviour_p}', but this demo's data use "
