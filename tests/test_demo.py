@@ -239,6 +239,19 @@ def test_an_unknown_reflection_backend_is_refused_before_anything_runs(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_rl_skip_no_signal_steps_reaches_every_rl_run_only_when_set(tmp_path):
+    from reflect_trl.cli.demo import demo_config_from_cli
+    from reflect_trl.pipelines.demo import demo_jobs
+
+    cfg = demo_config_from_cli(["--output_dir", str(tmp_path / "out"), "--rl_skip_no_signal_steps", "true"])
+    assert cfg.rl_skip_no_signal_steps is True
+    rl_jobs = [j for j in demo_jobs(cfg, tmp_path / "b", tmp_path / "d", tmp_path / "r") if j.command == "rl"]
+    assert rl_jobs and all(j.argv[j.argv.index("--skip_no_signal_steps") + 1] == "true" for j in rl_jobs)
+    # unset: the flag is left out, so the command lines (and the reuse of finished runs) of other settings stay as before
+    default = demo_jobs(DemoConfig(), tmp_path / "b", tmp_path / "d", tmp_path / "r")
+    assert not any("--skip_no_signal_steps" in j.argv for j in default)
+
+
 def test_rl_eval_steps_give_every_rl_run_its_greedy_validation_curve(tmp_path):
     from reflect_trl.errors import UsageError
     from reflect_trl.pipelines.demo import check_demo_config, demo_jobs

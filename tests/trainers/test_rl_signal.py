@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+import torch
 from test_rl_wiring import _episode, _prompts, _trainer
 
 from reflect_trl.trainers.rl_logging import (
@@ -119,3 +120,54 @@ def test_monitor_counts_success_apart_from_signal():
     ]
     assert monitor.update("full", "success", False) is None  # a new stage, a success: no streak
     assert [monitor.update("full", "success", True) is not None for _ in range(3)] == [False, False, True]
+
+
+def _train_on(tiny_model_dir, tmp_path, rewards: tuple[float, float], **overrides):
+    """Two optimizer steps on hand-played rollouts (as ``_run``) whose returns are ``rewards`` in every group, from a
+    policy moved away from its reference (so the KL term has a gradient); the parameters before and after."""
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        max_steps=2,
+        advantage_estimator="rloo",
+        curriculum_stages=["pickup"],
+        beta=0.05,
+        **overrides,
+    )
+    (p0, n0), (p1, n1) = _prompts(trainer._tokenizer, 2)
+    task = trainer.tasks.pools["pickup"][0]
+    trainer._play = lambda tasks, groups, state: [
+        _episode(task, 0, [(p0, n0, 1, rewards[0], "a")]),
+        _episode(task, 0, [(p0, n0, 2, rewards[1], "a")]),
+        _episode(task, 1, [(p1, n1, 0, rewards[0], "b")]),
+        _episode(task, 1, [(p1, n1, 3, rewards[1], "b")]),
+    ]
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    return trainer, before, list(trainer.model.parameters())
+
+
+def _changed(before, after) -> bool:
+    return any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
+
+
+def test_skip_no_signal_steps_leaves_the_policy_where_it_was(tiny_model_dir, tmp_path):
+    # identical returns: every advantage is 0, the loss would be the KL pull to the reference alone
+    trainer, before, after = _train_on(
+        tiny_model_dir, tmp_path / "skip", (-1.0, -1.0), skip_no_signal_steps=True
+    )
+    assert not _changed(before, after)  # fresh AdamW, zero gradients: no update at all
+    assert _logged(trainer, "signal/skipped_step_share") == [1.0, 1.0]
+    # without the option the KL term alone moves the policy (back towards its reference)
+    _, before, after = _train_on(tiny_model_dir, tmp_path / "pull", (-1.0, -1.0))
+    assert _changed(before, after)
+
+
+def test_skip_no_signal_steps_keeps_steps_that_carry_advantage(tiny_model_dir, tmp_path):
+    trainer, before, after = _train_on(tiny_model_dir, tmp_path, (1.0, -1.0), skip_no_signal_steps=True)
+    assert _changed(before, after)
+    assert _logged(trainer, "signal/skipped_step_share") == [0.0, 0.0]

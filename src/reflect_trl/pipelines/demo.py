@@ -84,6 +84,9 @@ class DemoConfig:
     # validation (docs/experiments.md §1.4a)
     rl_gamma: float = 1.0
     rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)
+    # zero the loss of an RL step whose batch carries no advantage (ReflectPPOConfig.skip_no_signal_steps), so a
+    # stage without successes does not pull the policy back to its SFT start (docs/experiments.md §1.4h)
+    rl_skip_no_signal_steps: bool = False
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
     # "sft": RL on the SFT data's tasks (the same task seed); "disjoint": on start states the SFT data never saw

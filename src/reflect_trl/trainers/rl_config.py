@@ -244,6 +244,15 @@ class ReflectPPOConfig(GRPOConfig):
             "group), on for the others."
         },
     )
+    skip_no_signal_steps: bool = field(
+        default=False,
+        metadata={
+            "help": "Zero the loss of an optimizer step in which no turn on any process has a non-zero advantage "
+            "(every group's episodes ended alike), instead of letting the KL term alone pull the policy back to the "
+            "reference: a stage without any success leaves the policy where the last one put it (DAPO's dynamic "
+            "sampling, simplest form; AdamW's momentum still moves the weights for a few steps)."
+        },
+    )
     vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
     value_clip: float = field(default=0.2, metadata={"help": "Value clipping range (gae)."})
     replay_buffer_size: int = field(

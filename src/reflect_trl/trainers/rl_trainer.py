@@ -449,7 +449,7 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
     ) -> dict[str, torch.Tensor | Any]:
         """GRPO's buffering (generate once per ``steps_per_generation * num_iterations`` micro-steps, shuffle, split
         into ``steps_per_generation`` micro-batches), plus the loss normaliser of every micro-batch: the number of
-        real turns of its gradient-accumulation window on all processes."""
+        real turns of its gradient-accumulation window on all processes, and how many of them carry an advantage."""
         previous = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
         if self._buffered_inputs is not previous:  # a new rollout batch was just split into micro-batches
@@ -462,15 +462,17 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
                         [
                             sum(c["turn_mask"].sum() for c in window),
                             sum(c["value_mask"].sum() for c in window),
+                            sum((c["turn_mask"] * (c["advantages"].abs() > 1e-8)).sum() for c in window),
                         ]
                     )
                     for window in windows
                 ]
             )
             totals = self.accelerator.reduce(local, reduction="sum")  # one collective for all windows
-            for window, (turns, value_turns) in zip(windows, totals, strict=True):
+            for window, (turns, value_turns, signal_turns) in zip(windows, totals, strict=True):
                 for chunk in window:
                     chunk["window_turns"], chunk["window_value_turns"] = turns, value_turns
+                    chunk["window_signal_turns"] = signal_turns
         return inputs
 
     # ------------------------------------------------------------------------------------------- the loss
@@ -521,6 +523,13 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
             loss = loss + self._policy_loss(model, inputs)
         if self.reflection_learner is not None and "reflection_ids" in inputs:
             loss = loss + self._reflection_loss(inputs)
+        if self.args.skip_no_signal_steps:
+            # the same decision on every process (window counts are global); zero gradients, not a skipped backward,
+            # so DDP / DeepSpeed / FSDP run their collectives as usual
+            skipped = bool(inputs["window_signal_turns"] == 0)
+            self._metrics["train"]["signal/skipped_step_share"].append(float(skipped))
+            if skipped:
+                loss = loss * 0.0
         # Stop every process together on a non-finite loss (a lone raise would hang the others in all-reduce).
         bad = torch.tensor(0.0 if torch.isfinite(loss).all() else 1.0, device=loss.device)
         if self.accelerator.reduce(bad, reduction="sum").item() > 0:
