@@ -82,7 +82,7 @@ GROUPS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
             )
             + ("gradient_accumulation_steps", "num_iterations", "advantage_estimator", "gamma", "gae_lambda")
             + ("step_advantage_weight", "scale_rewards", "scale_std_floor", "reinforce_baseline")
-            + ("whiten_advantages", "beta", "temperature", "vf_coef", "value_clip")
+            + ("whiten_advantages", "beta", "skip_no_signal_steps", "temperature", "vf_coef", "value_clip")
             + ("replay_buffer_size", "replay_samples", "replay_weight")
             + ("loss_type", "max_completion_length", "disable_dropout"),
         ),
