@@ -85,7 +85,8 @@ class DemoConfig:
     rl_gamma: float = 1.0
     rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)
     # zero the loss of an RL step whose batch carries no advantage (ReflectPPOConfig.skip_no_signal_steps), so a
-    # stage without successes does not pull the policy back to its SFT start (docs/experiments.md §1.4h)
+    # stage without successes does not pull the policy back to its SFT start; the p = 0.5 variant's setting, chosen
+    # on validation (docs/experiments.md §1.4h, which also gives its test run, lower on dropoff / full)
     rl_skip_no_signal_steps: bool = False
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2

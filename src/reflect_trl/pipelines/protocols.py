@@ -365,9 +365,8 @@ def demo_jobs(
             logging_steps=1,
             log_episodes_every=max(1, rl_steps // 3),
         )
-        if (
-            cfg.rl_skip_no_signal_steps
-        ):  # only when set, so runs of the other settings keep their command lines
+        # only when set, so that the runs of the other settings keep their command lines (and are reused)
+        if cfg.rl_skip_no_signal_steps:
             argv += flags(skip_no_signal_steps=True)
         if cfg.rl_tasks == "disjoint":  # start states the SFT data never saw (pipelines.demo.write_rl_tasks)
             argv += flags(train_tasks_file=data / "rl_tasks.jsonl")

@@ -249,8 +249,9 @@ class ReflectPPOConfig(GRPOConfig):
         metadata={
             "help": "Zero the loss of an optimizer step in which no turn on any process has a non-zero advantage "
             "(every group's episodes ended alike), instead of letting the KL term alone pull the policy back to the "
-            "reference: a stage without any success leaves the policy where the last one put it (DAPO's dynamic "
-            "sampling, simplest form; AdamW's momentum still moves the weights for a few steps)."
+            "reference: a stage without any success leaves the policy where the last one put it, which also keeps it "
+            "from the reference's exploration (DAPO's dynamic sampling, simplest form; AdamW's momentum still moves "
+            "the weights for a few steps)."
         },
     )
     vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
