@@ -264,6 +264,10 @@ def episode_advantages(
 
 
 # ------------------------------------------------------------------------------------------------- 2. finalisation
+#: An advantage (or a return difference) at most this large counts as zero: the turn carries no learning signal.
+ZERO_ADVANTAGE_TOL = 1e-8
+
+
 def whiten(values: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x - mean) / (std + eps); a single value is only centred."""
     if values.numel() < 2:

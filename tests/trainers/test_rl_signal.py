@@ -21,6 +21,19 @@ from reflect_trl.trainers.rl_logging import (
 LOGGER = "reflect_trl.trainers.rl_logging"
 
 
+def _play_by_hand(trainer, rewards: tuple[float, float]) -> None:
+    """Every rollout of ``trainer`` becomes two groups of two one-turn episodes on `pickup` with returns ``rewards``
+    (an episode succeeds when its reward is positive)."""
+    (p0, n0), (p1, n1) = _prompts(trainer._tokenizer, 2)
+    task = trainer.tasks.pools["pickup"][0]
+    trainer._play = lambda tasks, groups, state: [
+        _episode(task, 0, [(p0, n0, 1, rewards[0], "a")]),
+        _episode(task, 0, [(p0, n0, 2, rewards[1], "a")]),
+        _episode(task, 1, [(p1, n1, 0, rewards[0], "b")]),
+        _episode(task, 1, [(p1, n1, 3, rewards[1], "b")]),
+    ]
+
+
 def _run(tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float], warning: str = "no learning signal"):
     """A run of one rollout per step past both warnings' patience (curriculum on one stage) whose every rollout is
     two groups of two one-turn episodes (an episode succeeds when its reward is positive); the warnings that contain
@@ -32,18 +45,7 @@ def _run(tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float], warning
         advantage_estimator="rloo",
         curriculum_stages=["pickup"],
     )
-    (p0, n0), (p1, n1) = _prompts(trainer._tokenizer, 2)
-    task = trainer.tasks.pools["pickup"][0]
-
-    def play(tasks, groups, state):
-        return [
-            _episode(task, 0, [(p0, n0, 1, rewards[0], "a")]),
-            _episode(task, 0, [(p0, n0, 2, rewards[1], "a")]),
-            _episode(task, 1, [(p1, n1, 0, rewards[0], "b")]),
-            _episode(task, 1, [(p1, n1, 3, rewards[1], "b")]),
-        ]
-
-    trainer._play = play
+    _play_by_hand(trainer, rewards)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         trainer.train()
     warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER and warning in r.getMessage()]
@@ -123,7 +125,7 @@ def test_monitor_counts_success_apart_from_signal():
 
 
 def _train_on(tiny_model_dir, tmp_path, rewards: tuple[float, float], **overrides):
-    """Two optimizer steps on hand-played rollouts (as ``_run``) whose returns are ``rewards`` in every group, from a
+    """Two optimizer steps on hand-played rollouts whose returns are ``rewards`` in every group, from a
     policy moved away from its reference (so the KL term has a gradient); the parameters before and after."""
     trainer = _trainer(
         tiny_model_dir,
@@ -134,14 +136,7 @@ def _train_on(tiny_model_dir, tmp_path, rewards: tuple[float, float], **override
         beta=0.05,
         **overrides,
     )
-    (p0, n0), (p1, n1) = _prompts(trainer._tokenizer, 2)
-    task = trainer.tasks.pools["pickup"][0]
-    trainer._play = lambda tasks, groups, state: [
-        _episode(task, 0, [(p0, n0, 1, rewards[0], "a")]),
-        _episode(task, 0, [(p0, n0, 2, rewards[1], "a")]),
-        _episode(task, 1, [(p1, n1, 0, rewards[0], "b")]),
-        _episode(task, 1, [(p1, n1, 3, rewards[1], "b")]),
-    ]
+    _play_by_hand(trainer, rewards)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in trainer.model.parameters():

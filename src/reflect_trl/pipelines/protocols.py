@@ -223,9 +223,8 @@ def check_data_settings(cfg: DemoConfig) -> None:
     from reflect_trl.scripted_actors import OracleRandomActor
 
     try:
-        p = data_builder_config(
-            cfg, cfg.output_dir
-        ).random_action_prob  # builds the settings only, writes nothing
+        # builds the settings only, writes nothing
+        p = data_builder_config(cfg, cfg.output_dir).random_action_prob
     except ValueError as err:
         raise UsageError(str(err)) from None
     behaviour_p = OracleRandomActor.random_action_prob  # the row 'data_behaviour' plays the authors' data's p

@@ -7,7 +7,8 @@ The path, top to bottom (``ReflectPPOTrainer._generate_and_score_completions``):
 2. :func:`pad_rows` -- processes hold different numbers of turns, but GRPO's split into ``steps_per_generation``
    micro-batches and every collective need equal sizes: masked copies (``turn_mask`` 0) pad every process to the same
    multiple of ``steps_per_generation``;
-3. :func:`collate` -- the rows as left-padded tensors (the keys the loss reads).
+3. :func:`collate` -- the rows as left-padded tensors (the keys the loss reads);
+4. :func:`window_counts` -- per gradient-accumulation window of micro-batches, the counts the loss normalises by.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 
 from reflect_trl.batching import left_pad
+from reflect_trl.rl_math import ZERO_ADVANTAGE_TOL
 from reflect_trl.rollout import Episode
 from reflect_trl.trainers.replay import ReplayTurn
 
@@ -137,3 +139,22 @@ def collate_reflections(rows: Sequence[TurnRow], pad_id: int, device: torch.devi
 
 
 __all__ = ["TurnRow", "collate", "episode_rows", "pad_rows", "replay_rows", "with_advantages"]
+
+
+def window_counts(windows: Sequence[Sequence[dict[str, Any]]]) -> torch.Tensor:
+    """``[n_windows, 3]``: per window of micro-batches, its real turns, its value-trained turns and its turns with a
+    non-zero advantage (this process's; the trainer sums them over processes in one collective)."""
+    return torch.stack(
+        [
+            torch.stack(
+                [
+                    sum(c["turn_mask"].sum() for c in window),
+                    sum(c["value_mask"].sum() for c in window),
+                    sum(
+                        (c["turn_mask"] * (c["advantages"].abs() > ZERO_ADVANTAGE_TOL)).sum() for c in window
+                    ),
+                ]
+            )
+            for window in windows
+        ]
+    )

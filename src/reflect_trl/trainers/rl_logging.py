@@ -78,8 +78,8 @@ def signal_shares(
     for g, r in zip(groups, returns, strict=True):
         by_group.setdefault(g, []).append(r)
     compared = [rs for rs in by_group.values() if len(rs) > 1]
-    identical = sum(max(rs) - min(rs) <= 1e-8 for rs in compared)
-    zero = sum(abs(a) <= 1e-8 for a in advantages)
+    identical = sum(max(rs) - min(rs) <= rl_math.ZERO_ADVANTAGE_TOL for rs in compared)
+    zero = sum(abs(a) <= rl_math.ZERO_ADVANTAGE_TOL for a in advantages)
     return float(identical), float(len(compared)), float(zero)
 
 

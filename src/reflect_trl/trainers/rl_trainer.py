@@ -456,19 +456,9 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
             ga = self.args.gradient_accumulation_steps  # divides steps_per_generation (ReflectPPOConfig)
             chunks = self._buffered_inputs
             windows = [chunks[i : i + ga] for i in range(0, len(chunks), ga)]
-            local = torch.stack(
-                [
-                    torch.stack(
-                        [
-                            sum(c["turn_mask"].sum() for c in window),
-                            sum(c["value_mask"].sum() for c in window),
-                            sum((c["turn_mask"] * (c["advantages"].abs() > 1e-8)).sum() for c in window),
-                        ]
-                    )
-                    for window in windows
-                ]
-            )
-            totals = self.accelerator.reduce(local, reduction="sum")  # one collective for all windows
+            totals = self.accelerator.reduce(
+                rl_batch.window_counts(windows), reduction="sum"
+            )  # one collective
             for window, (turns, value_turns, signal_turns) in zip(windows, totals, strict=True):
                 for chunk in window:
                     chunk["window_turns"], chunk["window_value_turns"] = turns, value_turns
