@@ -383,7 +383,7 @@ def test_paper_protocol_smoke_demo(tmp_path):
     rows of their own (no policy training; the follower reads the SFT'd reflection model, under both decodings)."""
     cfg = replace(DemoConfig.smoke(str(tmp_path)), protocol="paper", eval_decodings=["greedy", "sampled"])
     summary = run_demo(cfg)
-    behaviour = "oracle + random 0.9 (the paper data's behaviour)"
+    behaviour = "oracle + random (the data's behaviour, no training)"
     follower = "follows its reflection (no policy training)"
     labels = {r["configuration"] for r in summary["results"]}
     assert labels == {
@@ -458,20 +458,26 @@ def test_random_action_prob_overrides_the_protocols_trajectories(tmp_path):
 
     from reflect_trl.errors import UsageError
     from reflect_trl.pipelines.demo import _Progress, check_demo_config, prepare_demo
-    from reflect_trl.pipelines.protocols import data_settings
+    from reflect_trl.pipelines.protocols import configuration_rows, data_settings
 
     assert data_settings(DemoConfig(protocol="paper"))["random_action_prob"] == 0.9
     assert data_settings(DemoConfig(protocol="paper", random_action_prob=0.5))["random_action_prob"] == 0.5
     assert "random_action_prob" not in data_settings(DemoConfig())
     with pytest.raises(UsageError, match="random_action_prob must be in \\[0, 1\\], got 1.5"):
         check_demo_config(DemoConfig(random_action_prob=1.5))
-    with pytest.raises(
-        UsageError, match="'data_behaviour' plays 'oracle \\+ random 0.9'.*random_action_prob 0.5"
-    ):
-        check_demo_config(
-            DemoConfig(protocol="paper", random_action_prob=0.5)
-        )  # the protocol's rows include it
-    check_demo_config(DemoConfig(protocol="paper", random_action_prob=0.5, configurations=["reflect_sft"]))
+    check_demo_config(DemoConfig(protocol="paper", random_action_prob=0.5))  # data_behaviour plays p = 0.5
+
+    def behaviour_policy(cfg: DemoConfig) -> str:
+        (row,) = [r for r in configuration_rows(cfg) if r.label.startswith("oracle + random")]
+        return row.policy
+
+    # the data's behaviour row plays what the policy targets teach: oracle + random p for executed-action targets
+    assert behaviour_policy(DemoConfig(protocol="paper")) == "oracle_random:0.9"
+    assert behaviour_policy(DemoConfig(protocol="paper", random_action_prob=0.5)) == "oracle_random:0.5"
+    # ... and the oracle for oracle targets (strict), whatever the trajectories' p
+    for p in (None, 0.5):
+        strict = DemoConfig(configurations=["reflect_sft", "data_behaviour"], random_action_prob=p)
+        assert behaviour_policy(strict) == "oracle_random:0"
 
     def oracle_share(p: float | None) -> float:
         cfg = DemoConfig(

@@ -133,6 +133,10 @@ def test_a_scripted_policy_is_evaluated_once(tiny_model_dir, tmp_path, evaluated
         [behaviour], replace(SETTINGS, episodes_per_stage=4), tmp_path / "eval", say=lambda m: None
     )
     assert evaluated == [["behaviour"]] * 3
+    eval_step.evaluate_reusing(  # another probability of "oracle + random p" is another policy
+        [replace(behaviour, policy="oracle_random:0.5")], SETTINGS, tmp_path / "eval", say=lambda m: None
+    )
+    assert evaluated == [["behaviour"]] * 4
     # with a trained reflection player, the run's record counts as for any policy
     reflection = _run(tmp_path / "runs", "sft_reflection", tiny_model_dir)
     key = eval_step.cache_key(replace(behaviour, policy="oracle", reflection=reflection), SETTINGS)

@@ -88,10 +88,13 @@ def _success_probability(env, steps_left: int, memo: dict, oracle_weight: float)
     return total
 
 
-@pytest.mark.parametrize(("policy", "oracle_weight"), [("random", 0.0), ("oracle_random", 0.1)])
+@pytest.mark.parametrize(
+    ("policy", "oracle_weight"), [("random", 0.0), ("oracle_random", 0.1), ("oracle_random:0.5", 0.5)]
+)
 def test_scripted_policy_rate_is_within_the_exact_band(policy, oracle_weight):
-    """The uniform random policy and "oracle + random 0.9" (the ``paper`` protocol's behaviour policy) succeed as
-    often as their exact success probabilities, summed over the held-out episodes, say (within 4 sd)."""
+    """The uniform random policy, "oracle + random 0.9" (the ``paper`` protocol's behaviour policy) and "oracle +
+    random 0.5" succeed as often as their exact success probabilities, summed over the held-out episodes, say
+    (within 4 sd)."""
     settings = EvalSettings(env_name="taxi", episodes_per_stage=300, stages=["pickup"], seed=5)
     report = evaluate([EvalConfiguration(policy, policy)], settings, progress=False)
     (result,) = report.results
@@ -106,6 +109,22 @@ def test_scripted_policy_rate_is_within_the_exact_band(policy, oracle_weight):
     sd = math.sqrt(sum(p * (1 - p) for p in probs))
     assert 0 < mean < len(probs)
     assert abs(result.successes - mean) <= 4 * sd + 1, (result.successes, mean, sd)
+
+
+def test_a_scripted_policy_parameter_is_checked_before_any_episode():
+    """``oracle_random:<p>`` takes a probability in [0, 1]; a bad one is refused by name before anything runs, and a
+    parameter on an actor that takes none is not a scripted policy (it is read as a model path)."""
+    from reflect_trl.scripted_actors import is_scripted_policy, scripted_actor
+
+    assert scripted_actor("oracle_random").random_action_prob == 0.9
+    assert scripted_actor("oracle_random:0.25").random_action_prob == 0.25
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\], got 1.5"):
+        EvalConfiguration("b", "oracle_random:1.5").check_models()
+    with pytest.raises(ValueError, match="'oracle_random:half'.*'half' is not a number"):
+        EvalConfiguration("b", "oracle_random:half").check_models()
+    assert is_scripted_policy("oracle_random:0.5") and not is_scripted_policy("random:0.5")
+    with pytest.raises(ValueError, match="unknown scripted policy 'random:0.5'"):
+        scripted_actor("random:0.5")
 
 
 def test_model_policy_with_reflection_report_and_transcripts(tiny_model_dir, tmp_path):
@@ -194,10 +213,15 @@ def test_scripted_policies_play_through_the_rollout_engine():
         EvalConfiguration("oracle", "oracle"),
         EvalConfiguration("random", "random"),
         EvalConfiguration("oracle_random", "oracle_random"),
+        EvalConfiguration("never_random", "oracle_random:0"),
     ]
     report = evaluate(confs, settings, progress=False)
     oracle = report.transcripts["oracle__dropoff__greedy"]
     assert [t["success"] for t in oracle] == [True] * 6
+    never_random = report.transcripts["never_random__dropoff__sampled"]  # p = 0: the oracle's moves
+    assert [[turn["action_index"] for turn in t["turns"]] for t in never_random] == [
+        [turn["action_index"] for turn in t["turns"]] for t in oracle
+    ]
     for transcript in oracle:
         assert all(taken == best for taken, best in _replay_actions(transcript))
         assert all(turn["logprob"] == 0.0 and turn["reflection"] is None for turn in transcript["turns"])

@@ -39,12 +39,11 @@ from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, recommended
 from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE, CachedReflectionPlayer
 from reflect_trl.reflection.player import REFLECTION_BACKENDS, ReflectionPlayer, make_reflection_player
 from reflect_trl.rollout import Actor, Episode, PolicyActor, RolloutEngine
-from reflect_trl.scripted_actors import SCRIPTED_ACTORS, scripted_actor
+from reflect_trl.scripted_actors import is_scripted_policy, scripted_actor, scripted_class
 from reflect_trl.seeding import derive_seed
 from reflect_trl.validation import check_model_path
 
 DECODINGS = ("greedy", "sampled")
-SCRIPTED_POLICIES = tuple(SCRIPTED_ACTORS)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -68,7 +67,7 @@ def instance_interval(rate: float, instances: int) -> tuple[float, float]:
 @dataclass
 class EvalConfiguration:
     name: str
-    policy: str  # model path / hub id, or a scripted policy (SCRIPTED_POLICIES: "oracle", "random", ...)
+    policy: str  # model path / hub id, or a scripted policy (``scripted_actors``: "oracle", "oracle_random:0.5", ...)
     reflection: str | None = None
 
     def check_models(self, served_reflection: bool = False) -> None:
@@ -76,7 +75,9 @@ class EvalConfiguration:
         (:func:`reflect_trl.validation.check_model_path`), or when a scripted policy that chooses from its reflection
         (``ScriptedActor.needs_reflection``) has no reflection model. A served reflection model is a name, not a
         path."""
-        scripted = SCRIPTED_ACTORS.get(self.policy)
+        scripted = scripted_class(self.policy)
+        if scripted is not None:  # a bad parameter (``oracle_random:1.5``) fails here, before any episode
+            scripted_actor(self.policy)
         if scripted is not None and scripted.needs_reflection and self.reflection is None:
             raise ValueError(
                 f"configuration {self.name!r}: the {self.policy} policy chooses from its reflection; "
@@ -86,7 +87,7 @@ class EvalConfiguration:
             if (
                 ref is None
                 or (role == "reflection" and served_reflection)
-                or (role == "policy" and ref in SCRIPTED_POLICIES)
+                or (role == "policy" and is_scripted_policy(ref))
             ):
                 continue
             check_model_path(ref, f"configuration {self.name!r}: {role}")
@@ -304,7 +305,7 @@ class _ModelCache:
 def policy_labels(settings: EvalSettings, configuration: EvalConfiguration) -> tuple[str, ...]:
     """The option labels of a configuration: ``settings.option_labels``, else those recorded next to a local
     policy, else the defaults (configured labels that differ from the recorded ones are an error)."""
-    if configuration.policy in SCRIPTED_POLICIES:
+    if is_scripted_policy(configuration.policy):
         return parse_option_labels(settings.option_labels) or DEFAULT_LABELS
     local = Path(configuration.policy).expanduser()
     return resolve_option_labels(
@@ -354,7 +355,7 @@ def run_configuration(
     greedy = decoding == "greedy"
     labels = policy_labels(settings, configuration)
     actor: Actor
-    if configuration.policy in SCRIPTED_POLICIES:
+    if is_scripted_policy(configuration.policy):
         actor = scripted_actor(configuration.policy, labels)
     else:
         model, tokenizer = cache.get(configuration.policy)
@@ -518,8 +519,9 @@ def evaluate(
 
     def decodings_of(conf: EvalConfiguration) -> list[str]:
         # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
+        scripted = scripted_class(conf.policy)
         return {"oracle": ["greedy"], "random": ["sampled"], "oracle_random": ["sampled"]}.get(
-            conf.policy, settings.decodings
+            scripted.name if scripted else "", settings.decodings
         )
 
     instances = {stage: instance_keys(settings, tasks) for stage, (tasks, _) in stage_tasks.items()}

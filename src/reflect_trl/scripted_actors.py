@@ -93,13 +93,23 @@ def _uniform_option(view: LiveEpisode, stream: str) -> tuple[int, float, float]:
 
 
 class OracleRandomActor(ScriptedActor):
-    """The behaviour policy of the authors' DangerousTaxi SFT data ("oracle + random 0.9", the ``paper`` protocol):
-    with probability 0.9 a uniformly drawn option, else the oracle's. A policy that fits the ``paper`` protocol's
-    policy targets (the executed actions) perfectly plays this, given a reflection that names the oracle's move, so its
-    success bounds that SFT start's sampled success. Draws depend only on the episode seed and the turn."""
+    """The behaviour policy of the authors' DangerousTaxi SFT data ("oracle + random p", p = 0.9 in the ``paper``
+    protocol; ``oracle_random:0.5`` plays p = 0.5): with probability p a uniformly drawn option, else the oracle's. A
+    policy that fits the policy targets of such data (the executed actions) perfectly plays this, given a reflection
+    that names the oracle's move, so its success bounds that SFT start's sampled success. Draws depend only on the
+    episode seed and the turn."""
 
     name = "oracle_random"
-    random_action_prob = 0.9
+    default_random_action_prob = 0.9  # the authors'
+
+    def __init__(
+        self, labels: Sequence[str] = DEFAULT_LABELS, random_action_prob: float | None = None
+    ) -> None:
+        super().__init__(labels)
+        p = self.default_random_action_prob if random_action_prob is None else float(random_action_prob)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"oracle_random: the random action probability must be in [0, 1], got {p}")
+        self.random_action_prob = p
 
     def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
         options, logps, entropies = [], [], []
@@ -112,7 +122,7 @@ class OracleRandomActor(ScriptedActor):
             probs = [p / n + (1.0 - p) * (i == oracle) for i in range(n)]
             options.append(option)
             logps.append(math.log(probs[option]))
-            entropies.append(-sum(q * math.log(q) for q in probs))
+            entropies.append(-sum(q * math.log(q) for q in probs if q > 0))
         return options, logps, entropies, None
 
 
@@ -149,18 +159,50 @@ SCRIPTED_ACTORS: dict[str, type[ScriptedActor]] = {
 }
 
 
+#: ``<actor>:<value>`` gives the actor this keyword (``oracle_random:0.5``); actors not named here take none.
+SCRIPTED_PARAMETERS: dict[str, str] = {"oracle_random": "random_action_prob"}
+
+
+def scripted_class(name: str) -> type[ScriptedActor] | None:
+    """The actor class a policy name plays (``oracle``, ``oracle_random:0.5``, ...), None for a model path / hub id."""
+    base, sep, _ = name.partition(":")
+    if base not in SCRIPTED_ACTORS or (sep and base not in SCRIPTED_PARAMETERS):
+        return None
+    return SCRIPTED_ACTORS[base]
+
+
+def is_scripted_policy(name: str) -> bool:
+    """Whether ``name`` names a scripted policy rather than a model."""
+    return scripted_class(name) is not None
+
+
 def scripted_actor(name: str, labels: Sequence[str] = DEFAULT_LABELS) -> ScriptedActor:
-    """The scripted actor called ``name`` (:data:`SCRIPTED_ACTORS`)."""
-    if name not in SCRIPTED_ACTORS:
-        raise ValueError(f"unknown scripted policy {name!r}; known: {tuple(SCRIPTED_ACTORS)}")
-    return SCRIPTED_ACTORS[name](labels)
+    """The scripted actor called ``name`` (:data:`SCRIPTED_ACTORS`; ``oracle_random:<p>`` with its probability)."""
+    cls = scripted_class(name)
+    if cls is None:
+        known = (*SCRIPTED_ACTORS, *(f"{k}:<{v}>" for k, v in SCRIPTED_PARAMETERS.items()))
+        raise ValueError(f"unknown scripted policy {name!r}; known: {known}")
+    base, sep, value = name.partition(":")
+    if not sep:
+        return cls(labels)
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(
+            f"scripted policy {name!r}: {SCRIPTED_PARAMETERS[base]} {value!r} is not a number"
+        ) from None
+    return cls(labels, **{SCRIPTED_PARAMETERS[base]: number})
 
 
 __all__ = [
     "SCRIPTED_ACTORS",
+    "SCRIPTED_PARAMETERS",
     "OracleActor",
     "OracleRandomActor",
     "RandomActor",
+    "ReflectionFollowerActor",
     "ScriptedActor",
+    "is_scripted_policy",
     "scripted_actor",
+    "scripted_class",
 ]

@@ -91,7 +91,8 @@ def eval_parser() -> argparse.ArgumentParser:
         "--policy",
         action=_ConfigurationFlag,
         help="add one configuration: a policy directory / hub id, or oracle / random / oracle_random (the "
-        "authors' 'oracle + random 0.9') / reflection_follower (takes the move its --reflection names) (repeatable)",
+        "authors' 'oracle + random 0.9'; oracle_random:0.5 for another probability) / reflection_follower (takes the "
+        "move its --reflection names) (repeatable)",
     )
     parser.add_argument(
         "--reflection",
@@ -211,8 +212,9 @@ def check_eval_inputs(configurations: Sequence[EvalConfiguration], settings: Eva
     kwargs and stages, unique names, every model path, the option labels against each policy's tokenizer and the
     reflection server settings. Raises :class:`~reflect_trl.errors.UsageError`."""
     from reflect_trl.errors import UsageError, usage_errors
-    from reflect_trl.evaluation import SCRIPTED_POLICIES, policy_labels
+    from reflect_trl.evaluation import policy_labels
     from reflect_trl.models import load_tokenizer_checked
+    from reflect_trl.scripted_actors import is_scripted_policy
     from reflect_trl.validation import (
         check_env,
         check_label_tokens,
@@ -228,7 +230,7 @@ def check_eval_inputs(configurations: Sequence[EvalConfiguration], settings: Eva
         conf.check_models(served_reflection=served)
         with usage_errors(f"configuration {conf.name!r}"):
             labels = policy_labels(settings, conf)
-        if conf.policy not in SCRIPTED_POLICIES:
+        if not is_scripted_policy(conf.policy):
             tokenizer = load_tokenizer_checked(conf.policy, f"configuration {conf.name!r}: policy")
             check_label_tokens(tokenizer, labels, f"configuration {conf.name!r}: option labels")
         if served and conf.reflection:

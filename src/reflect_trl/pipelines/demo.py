@@ -29,7 +29,7 @@ from reflect_trl.pipelines.protocols import (
     PROTOCOLS,
     SFT_RUNS,
     check_data_settings,
-    configurations_of,
+    configuration_rows,
     data_builder_config,
     demo_jobs,
     rl_stages_of,
@@ -212,7 +212,7 @@ def demo_eval_configurations(cfg: DemoConfig, runs: Path):
     """The evaluated configurations of a demo run (the rows of its table), from its ``runs`` folder."""
     from reflect_trl.evaluation import EvalConfiguration
 
-    rows = [CONFIGURATIONS[name] for name in configurations_of(cfg)]
+    rows = configuration_rows(cfg)
     return [
         EvalConfiguration(c.label, c.policy_path(runs), str(runs / c.reflection) if c.reflection else None)
         for c in rows
@@ -323,12 +323,7 @@ def finish_pooled_demo(cfg: DemoConfig) -> dict[str, Any]:
     out = Path(cfg.output_dir)
     runs = out / "runs"
     missing = sorted(
-        {
-            run
-            for c in (CONFIGURATIONS[name] for name in configurations_of(cfg))
-            for run in c.runs
-            if not (runs / run / "config.json").is_file()
-        }
+        {run for c in configuration_rows(cfg) for run in c.runs if not (runs / run / "config.json").is_file()}
     )
     if missing:
         raise UsageError(
@@ -414,7 +409,7 @@ def evaluation_jobs(cfg: DemoConfig, training: list[Job], settings, reuse: bool 
     eval_dir = Path(cfg.output_dir) / "eval"
     names = {job.name for job in training}
     kept = {job.name for job in training if reuse and finished_before(job)}
-    rows = [CONFIGURATIONS[name] for name in configurations_of(cfg)]
+    rows = configuration_rows(cfg)
     jobs = []
     for row, configuration in zip(
         rows, demo_eval_configurations(cfg, Path(cfg.output_dir) / "runs"), strict=True
@@ -449,7 +444,7 @@ def evaluate_demo_runs(
         report, paths = evaluate_reusing(configurations, settings, out / "eval", reuse=reuse, workers=workers)
         curves = {
             c.label: load_log_history(runs / c.policy)
-            for c in (CONFIGURATIONS[name] for name in configurations_of(cfg))
+            for c in configuration_rows(cfg)
             if c.policy.startswith("rl_")
         }
         plots = [plot_learning_curves(curves, out / "learning_curves.png")]

@@ -36,7 +36,7 @@ from reflect_trl.evaluation import (
     transcript_key,
 )
 from reflect_trl.pipelines.jobs import DONE_MARKER, Job, run_jobs
-from reflect_trl.scripted_actors import SCRIPTED_ACTORS
+from reflect_trl.scripted_actors import is_scripted_policy
 
 CACHE_DIR = "cache"
 WORK_DIR = "workers"  # under the eval dir: each worker's configurations, log and output
@@ -63,7 +63,7 @@ def cache_key(configuration: EvalConfiguration, settings: EvalSettings) -> dict[
     scripted policy (``oracle``, ``random``, ...) depends on no run, only on the code that plays it."""
     policy = (
         {"scripted": configuration.policy, "reflect_trl": __version__}
-        if configuration.policy in SCRIPTED_ACTORS
+        if is_scripted_policy(configuration.policy)
         else job_record(configuration.policy)
     )
     records = {"policy": policy, "reflection": job_record(configuration.reflection)}

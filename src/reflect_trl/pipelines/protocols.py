@@ -16,12 +16,12 @@ is a set of configurations, not a script.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflect_trl.pipelines.jobs import Job
-from reflect_trl.scripted_actors import SCRIPTED_ACTORS
+from reflect_trl.scripted_actors import OracleRandomActor, is_scripted_policy
 
 if TYPE_CHECKING:
     from reflect_trl.data.builder import DataBuilderConfig
@@ -78,11 +78,11 @@ class Configuration:
     @property
     def runs(self) -> tuple[str, ...]:
         """The trained runs the row reads (a scripted policy is none)."""
-        return tuple(run for run in (self.policy, self.reflection) if run and run not in SCRIPTED_ACTORS)
+        return tuple(run for run in (self.policy, self.reflection) if run and not is_scripted_policy(run))
 
     def policy_path(self, runs: Path) -> str:
         """What evaluation loads as the policy: the run's folder under ``runs``, or the scripted policy's name."""
-        return self.policy if self.policy in SCRIPTED_ACTORS else str(runs / self.policy)
+        return self.policy if is_scripted_policy(self.policy) else str(runs / self.policy)
 
 
 CONFIGURATIONS: dict[str, Configuration] = {
@@ -109,9 +109,10 @@ CONFIGURATIONS: dict[str, Configuration] = {
     ),
     # design D3: the SFT policy trained on for as many optimizer steps as RL takes (compute-matched control)
     "continued_sft": Configuration("Reflect SFT, continued", "sft_policy_continued", "sft_reflection"),
-    # the `paper` protocol's data-generating behaviour ("oracle + random 0.9") with a perfect recommendation: what a
-    # policy that fits that protocol's SFT targets exactly can reach (docs/experiments.md §1.4g). No training.
-    "data_behaviour": Configuration("oracle + random 0.9 (the paper data's behaviour)", "oracle_random"),
+    # the behaviour that generated the data ("oracle + random p": the protocol's p, or the demo's random_action_prob;
+    # configuration_rows gives it the demo's p): what a policy that fits executed-action SFT targets exactly can
+    # reach (docs/experiments.md §1.4g). No training.
+    "data_behaviour": Configuration("oracle + random (the data's behaviour, no training)", "oracle_random"),
     # a policy that always takes the move its SFT'd reflection names: the ceiling of an RL that only sharpens copying
     # the reflection (docs/experiments.md §1.4h). No training of the policy.
     "reflection_follower": Configuration(
@@ -158,6 +159,21 @@ def configurations_of(cfg: DemoConfig) -> list[str]:
     return list(cfg.configurations or PROTOCOLS[cfg.protocol].configurations)
 
 
+def configuration_rows(cfg: DemoConfig) -> list[Configuration]:
+    """The demo's configurations (:func:`configurations_of`) as table rows. ``data_behaviour`` plays what the demo's
+    policy SFT targets teach: "oracle + random p" with the data's p for executed-action targets, the oracle
+    (p = 0) for oracle targets."""
+    rows = []
+    for name in configurations_of(cfg):
+        row = CONFIGURATIONS[name]
+        if name == "data_behaviour":
+            data = data_builder_config(cfg, cfg.output_dir)
+            p = data.random_action_prob if data.policy_targets == "executed" else 0.0
+            row = replace(row, policy=f"{OracleRandomActor.name}:{p:g}")
+        rows.append(row)
+    return rows
+
+
 def rl_steps_of(cfg: DemoConfig) -> int:
     """The optimizer steps of the demo's RL runs (its ``rl_steps``, else its protocol's)."""
     return cfg.rl_steps if cfg.rl_steps is not None else PROTOCOLS[cfg.protocol].rl_steps
@@ -186,8 +202,8 @@ def needed_runs(cfg: DemoConfig) -> list[str]:
             add("sft_policy")
         runs[run] = None
 
-    for name in configurations_of(cfg):
-        for run in CONFIGURATIONS[name].runs:
+    for row in configuration_rows(cfg):
+        for run in row.runs:
             add(run)
     return list(runs)
 
@@ -217,22 +233,13 @@ def data_builder_config(cfg: DemoConfig, output_dir: str | Path) -> DataBuilderC
 
 
 def check_data_settings(cfg: DemoConfig) -> None:
-    """Refuse data settings the builder would refuse, or a ``random_action_prob`` the ``data_behaviour`` row would
-    not play."""
+    """Refuse data settings the builder would refuse."""
     from reflect_trl.errors import UsageError
-    from reflect_trl.scripted_actors import OracleRandomActor
 
     try:
-        # builds the settings only, writes nothing
-        p = data_builder_config(cfg, cfg.output_dir).random_action_prob
+        data_builder_config(cfg, cfg.output_dir)  # builds the settings only, writes nothing
     except ValueError as err:
         raise UsageError(str(err)) from None
-    behaviour_p = OracleRandomActor.random_action_prob  # the row 'data_behaviour' plays the authors' data's p
-    if "data_behaviour" in configurations_of(cfg) and p != behaviour_p:
-        raise UsageError(
-            f"configuration 'data_behaviour' plays 'oracle + random {behaviour_p}', but this demo's data use "
-            f"random_action_prob {p}; leave it out of --configurations"
-        )
 
 
 def relabelled(cfg: DemoConfig, sft_run: str) -> bool:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reflect_trl.pipelines.protocols import CONFIGURATIONS, configurations_of, rl_steps_of
+from reflect_trl.pipelines.protocols import configuration_rows, rl_steps_of
 from reflect_trl.pipelines.statistics import compare, pool_rows, restrict_to_unseen, training_instances
 
 #: Pairs also compared across decodings: a under each decoding against b under b's best decoding (per stage).
@@ -62,7 +62,7 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect-RL", "Reflect SFT, continued"),
     ("Reflect SFT, continued", "Reflect SFT (before RL)"),
     # the `paper` protocol: its SFT start against the behaviour that generated its data
-    ("Reflect SFT (before RL)", "oracle + random 0.9 (the paper data's behaviour)"),
+    ("Reflect SFT (before RL)", "oracle + random (the data's behaviour, no training)"),
     # RL against the ceiling of copying its reflection (scripted_actors.ReflectionFollowerActor)
     ("Reflect-RL", "follows its reflection (no policy training)"),
 )
@@ -137,7 +137,7 @@ def finished_summary(cfg: Any) -> dict[str, Any] | None:
     # a field added since the run is a difference: its default need not be what the run did then
     if {k: recorded.get(k) for k in current} != current or "results" not in summary:
         return None
-    rows = {CONFIGURATIONS[name].label for name in configurations_of(cfg)}
+    rows = {row.label for row in configuration_rows(cfg)}
     if (
         summary.get("rl_steps") != rl_steps_of(cfg)
         or {r.get("configuration") for r in summary["results"]} != rows
