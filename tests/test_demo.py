@@ -281,7 +281,7 @@ def test_rl_eval_steps_give_every_rl_run_its_greedy_validation_curve(tmp_path):
 
 def test_protocols_choose_the_data_the_decoding_and_the_runs(tmp_path):
     from reflect_trl.errors import UsageError
-    from reflect_trl.pipelines.demo import check_demo_config
+    from reflect_trl.pipelines.demo import check_demo_config, demo_eval_settings, evaluation_jobs
     from reflect_trl.pipelines.protocols import demo_jobs
 
     def jobs_of(cfg):
@@ -316,6 +316,13 @@ def test_protocols_choose_the_data_the_decoding_and_the_runs(tmp_path):
         and flag(arms["rl_both"], "train_policy") == "true"
     )
     assert flag(arms["rl_reflection_only"], "train_policy") == "false"
+    # a row whose reflection player an RL run trains waits for that run, not only for its policy's SFT run
+    arms_cfg = DemoConfig(
+        configurations=["both_learn", "reflection_learns"], output_dir=str(tmp_path / "arms")
+    )
+    training = demo_jobs(arms_cfg, tmp_path / "b", tmp_path / "d", tmp_path / "r")
+    evaluations = evaluation_jobs(arms_cfg, training, demo_eval_settings(arms_cfg))
+    assert [set(job.needs) for job in evaluations] == [{"rl_both"}, {"sft_policy", "rl_reflection_only"}]
     continued = jobs_of(DemoConfig(configurations=["reflect_sft", "continued_sft"], rl_tasks="disjoint"))
     job = continued["sft_policy_continued"]
     assert flag(job, "model_name_or_path").endswith("runs/sft_policy") and flag(job, "max_steps") == "300"

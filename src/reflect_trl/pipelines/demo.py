@@ -414,7 +414,7 @@ def evaluation_jobs(cfg: DemoConfig, training: list[Job], settings, reuse: bool 
     for row, configuration in zip(
         rows, demo_eval_configurations(cfg, Path(cfg.output_dir) / "runs"), strict=True
     ):
-        needs = tuple(run for run in row.runs if run in names)
+        needs = tuple(job for job in row.jobs if job in names)
         if reuse and set(needs) <= kept and cached_entry(configuration, settings, eval_dir) is not None:
             continue
         jobs.append(configuration_job(configuration, settings, eval_dir, needs))

@@ -80,6 +80,11 @@ class Configuration:
         """The trained runs the row reads (a scripted policy is none)."""
         return tuple(run for run in (self.policy, self.reflection) if run and not is_scripted_policy(run))
 
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """The training jobs that write those runs (``rl_both/reflection`` is written by the job ``rl_both``)."""
+        return tuple(dict.fromkeys(run.split("/")[0] for run in self.runs))
+
     def policy_path(self, runs: Path) -> str:
         """What evaluation loads as the policy: the run's folder under ``runs``, or the scripted policy's name."""
         return self.policy if is_scripted_policy(self.policy) else str(runs / self.policy)
@@ -203,8 +208,8 @@ def needed_runs(cfg: DemoConfig) -> list[str]:
         runs[run] = None
 
     for row in configuration_rows(cfg):
-        for run in row.runs:
-            add(run)
+        for job in row.jobs:
+            add(job)
     return list(runs)
 
 
