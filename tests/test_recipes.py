@@ -156,3 +156,24 @@ def test_an_unknown_key_is_an_error(kind, tmp_path):
     bad.write_text(source.read_text() + "\nnot_a_setting_anywhere: 1\n")
     with pytest.raises((ValueError, SystemExit)):
         PARSERS[kind](bad, tmp_path / "out")
+
+
+def test_one_advantage_estimator_everywhere():
+    """The config's default estimator is the one every shipped RL recipe, the scaffold's recipes, the example plugin,
+    the README's Python snippet and docs/design.md name."""
+    import re
+
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
+
+    default = ReflectPPOConfig.__dataclass_fields__["advantage_estimator"].default
+    repo = RECIPES.parent
+    files = [RECIPES / name for name in recipes("rl")]
+    files += sorted((repo / "src/reflect_trl/templates").rglob("rl.yaml.tmpl"))
+    files += sorted((repo / "examples").rglob("rl.yaml"))
+    named = {}
+    for path in files:
+        found = re.findall(r"^advantage_estimator:\s*(\w+)", path.read_text(), re.M)
+        named[path.relative_to(repo).as_posix()] = found[0] if found else default
+    assert set(named.values()) == {default}, named
+    assert re.findall(r'advantage_estimator="(\w+)"', (repo / "README.md").read_text()) == [default]
+    assert f"`{default}` (the default)" in (repo / "docs/design.md").read_text()

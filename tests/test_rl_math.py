@@ -51,36 +51,75 @@ def test_reinforce_with_and_without_batch_baseline():
 
 def test_rloo_groups_of_two_and_three_with_different_lengths():
     episodes = [
-        [0.0, 0.0, 1.0],  # group 7, G = [1, 1, 1]
-        [1.0],  # group 3, G = [1]
-        [0.0, -1.0],  # group 7, G = [-1, -1]
-        [0.0, 2.0],  # group 3, G = [2, 2]
-        [3.0, 0.0, 0.0],  # group 3, G = [3, 0, 0]
-        [1.0, 1.0],  # group 9 (alone), G = [2, 1]
+        [0.0, 0.0, 1.0],  # group 7, R = G_0 = 1
+        [1.0],  # group 3, R = 1
+        [0.0, -1.0],  # group 7, R = -1
+        [0.0, 2.0],  # group 3, R = 2
+        [3.0, 0.0, 0.0],  # group 3, R = 3
+        [1.0, 1.0],  # group 9 (alone), R = 2
     ]
     groups = [7, 3, 7, 3, 3, 9]
     expected = [
-        # K=2: baseline = the other episode's G_t (0 once it has ended)
-        [1 - (-1), 1 - (-1), 1 - 0],
-        # K=3: baseline = mean of the two others' G_t; group totals per t: [6, 2, 0]
+        # K=2: baseline = the other episode's return, the same on every turn
+        [1 - (-1)] * 3,
+        # K=3: baseline = mean of the two others' returns; group total 6
         [1 - (6 - 1) / 2],
-        [-1 - 1, -1 - 1],
-        [2 - (6 - 2) / 2, 2 - (2 - 2) / 2],
-        [3 - (6 - 3) / 2, 0 - (2 - 0) / 2, 0 - 0 / 2],
+        [-1 - 1] * 2,
+        [2 - (6 - 2) / 2] * 2,
+        [3 - (6 - 3) / 2] * 3,
         # single-episode group: no baseline
-        [2.0, 1.0],
+        [2.0, 2.0],
     ]
     _close(rloo_advantages(episodes, groups), expected)
-    # gamma is applied to the returns before the baseline
-    _close(rloo_advantages([[0.0, 1.0], [0.0, 0.0]], [0, 0], gamma=0.5), [[0.5, 1.0], [-0.5, -1.0]])
+    # gamma is applied to the returns before the baseline: R = [0.5, 0]
+    _close(rloo_advantages([[0.0, 1.0], [0.0, 0.0]], [0, 0], gamma=0.5), [[0.5, 0.5], [-0.5, -0.5]])
     with pytest.raises(ValueError, match="same length"):
         rloo_advantages(episodes, groups[:-1])
 
 
-def test_rloo_advantages_sum_to_zero_for_equal_length_group():
-    adv = rloo_advantages([[1.0, 0.0], [0.0, 0.0], [0.0, 3.0]], [0, 0, 0])
-    for t in range(2):
-        assert sum(a[t] for a in adv) == pytest.approx(0.0, abs=1e-12)
+def test_rloo_hand_computed_group_of_three_unequal_lengths():
+    """One return per episode (R = G_0, discounted), minus the mean of the other two, on every turn."""
+    episodes = [
+        [-0.1, -0.1, 1.0],  # R = -0.1 - 0.09 + 0.81 = 0.62
+        [-0.1, 1.0],  # R = -0.1 + 0.9 = 0.8
+        [-0.1, -0.1, -0.1, -1.0],  # R = -0.1 - 0.09 - 0.081 - 0.729 = -1.0
+    ]
+    expected = [
+        [0.62 - (0.8 - 1.0) / 2] * 3,  # 0.72
+        [0.8 - (0.62 - 1.0) / 2] * 2,  # 0.99
+        [-1.0 - (0.62 + 0.8) / 2] * 4,  # -1.71
+    ]
+    _close(rloo_advantages(episodes, [0, 0, 0], gamma=0.9), expected)
+    _close([a[0] for a in expected], [0.72, 0.99, -1.71])
+
+
+def test_rloo_successes_of_different_lengths_are_equal_at_gamma_one():
+    """Terminal reward only, gamma = 1: two successes of lengths 3 and 5 are worth the same, so no turn of either is
+    pushed (aligning by turn index with G = 0 after the end paid the longer one +1 on its two extra turns)."""
+    adv = rloo_advantages([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 1.0]], [0, 0], gamma=1.0)
+    _close(adv, [[0.0] * 3, [0.0] * 5])
+
+
+def test_rloo_discount_prefers_the_shorter_success():
+    adv = rloo_advantages([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 1.0]], [0, 0], gamma=0.9)
+    diff = 0.9**2 - 0.9**4
+    _close(adv, [[diff] * 3, [-diff] * 5])
+    assert all(a > 0 for a in adv[0]) and all(a < 0 for a in adv[1])
+
+
+def test_rloo_single_episode_group_has_no_baseline():
+    _close(rloo_advantages([[0.5, -0.2, 1.0]], [4]), [[1.3, 1.3, 1.3]])
+    # R = 0.5 - 0.1 + 0.25 = 0.65 at gamma 0.5; a lone episode next to another task's group is unaffected by it
+    _close(
+        rloo_advantages([[0.5, -0.2, 1.0], [1.0], [0.0]], [4, 5, 5], gamma=0.5),
+        [[0.65] * 3, [1.0], [-1.0]],
+    )
+
+
+def test_rloo_advantages_sum_to_zero_over_a_group():
+    adv = rloo_advantages([[1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 3.0]], [0, 0, 0])
+    assert sum(a[0] for a in adv) == pytest.approx(0.0, abs=1e-12)
+    assert all(len(set(a)) == 1 for a in adv)
 
 
 def test_gae_hand_computed():

@@ -9,8 +9,11 @@ treated as terminal too).
 * ``reinforce`` — return-to-go (the paper's policy gradient, REINFORCE on the Monte-Carlo return)
       G_t = sum_{k>=t} gamma^(k-t) r_k,       A_t = G_t - b
   with b = 0, or the batch mean of G over all turns (``baseline="batch"``).
-* ``rloo`` — leave-one-out baseline across the K episodes of the same task (same task, same turn index):
-      A^i_t = G^i_t - 1/(K-1) * sum_{j != i} G^j_t          (G^j_t = 0 once episode j has ended)
+* ``rloo`` — leave-one-out baseline across the K episodes of the same task, one value per episode (as TRL's and
+  verl's RLOO):
+      R^i = G^i_0 = sum_t gamma^t r^i_t,      A^i_t = R^i - 1/(K-1) * sum_{j != i} R^j     (every turn t of episode i)
+  with A^i_t = R^i for a task with a single episode. Not aligned by turn index: episodes of different lengths have no
+  common turn t, and counting an ended episode's G as 0 would pay the longer of two successes for its extra turns.
 * ``gigpo`` — group-in-group advantages (GiGPO, arXiv 2505.10978): an episode-level group advantage plus a
   step-level advantage over the turns of the task's episodes that stand in the *same environment state*
   (``TextEnv.state_key()``):
@@ -101,24 +104,22 @@ def _groups(group_ids: Sequence[int]) -> dict[int, list[int]]:
 def rloo_advantages(
     episodes_rewards: Sequence[Sequence[float]], group_ids: Sequence[int], gamma: float = 1.0
 ) -> list[list[float]]:
-    """Leave-one-out baseline over the episodes that share a ``group_id`` (same task), turn by turn.
+    """Leave-one-out baseline over the episodes that share a ``group_id`` (same task), one value per episode.
 
-    A group with a single episode has no baseline (A_t = G_t).
+    R^i = G^i_0 (episode i's discounted return from its first turn) and A^i_t = R^i - mean_{j != i} R^j for every
+    turn t of episode i, as in TRL's and verl's RLOO. A group with a single episode has no baseline (A^i_t = R^i).
     """
     if len(episodes_rewards) != len(group_ids):
         raise ValueError("episodes_rewards and group_ids must have the same length")
-    returns = [returns_to_go(r, gamma) for r in episodes_rewards]
-    advantages: list[list[float]] = [[] for _ in returns]
+    episode_returns = [returns_to_go(r, gamma)[0] if len(r) else 0.0 for r in episodes_rewards]
+    advantages: list[list[float]] = [[] for _ in episodes_rewards]
     for members in _groups(group_ids).values():
         k = len(members)
-        horizon = max(len(returns[i]) for i in members)
-        # totals[t] = sum_j G^j_t over the group (G^j_t = 0 after episode j ended)
-        totals = [sum(returns[j][t] if t < len(returns[j]) else 0.0 for j in members) for t in range(horizon)]
+        total = sum(episode_returns[j] for j in members)
         for i in members:
-            if k == 1:
-                advantages[i] = list(returns[i])
-            else:
-                advantages[i] = [g - (totals[t] - g) / (k - 1) for t, g in enumerate(returns[i])]
+            r = episode_returns[i]
+            a = r if k == 1 else r - (total - r) / (k - 1)
+            advantages[i] = [a] * len(episodes_rewards[i])
     return advantages
 
 

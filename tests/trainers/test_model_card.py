@@ -171,7 +171,7 @@ def test_rl_card_names_the_environment_reflection_and_stage_success(tiny_llama_d
     assert f"**Base model:** `{tiny_llama_dir}`" in card
     assert "curriculum stages `pickup`, `dropoff`" in card
     assert f"**Reflection model (frozen):** `{tiny_llama_dir}`" in card
-    assert "`advantage_estimator`: rloo" in card
+    assert "`advantage_estimator`: gigpo" in card  # the default
     for stage in ("pickup", "dropoff"):
         assert re.search(rf"\| success rate, stage `{stage}` \| \d+\.\d %", card), stage
     assert "not a held-out evaluation" in card

@@ -143,13 +143,11 @@ def test_load_best_model_at_end_restores_the_best_evaluated_checkpoint(tiny_mode
 
 def test_load_best_model_at_end_can_keep_the_evaluated_start(tiny_model_dir, tmp_path):
     """With eval_on_start the policy before RL competes too (Trainer alone only records checkpoints of steps > 0).
-    The untrained policy crashes soonest (RL on DangerousTaxi lengthens its greedy episodes): shortest is best here."""
-    trainer = _best_model_run(tiny_model_dir, tmp_path / "run", eval_on_start=True, greater_is_better=False)
+    Here the untrained policy's greedy episodes are (among) the longest, and a tie keeps the earlier step."""
+    trainer = _best_model_run(tiny_model_dir, tmp_path / "run", eval_on_start=True)
     lengths = {h["step"]: h["eval_episode_length"] for h in _evaluations(trainer)}
     assert list(lengths) == [0, 1, 2, 3]
-    assert lengths[0] <= min(lengths.values()) < max(lengths.values()), (
-        lengths
-    )  # a tie keeps the earlier step
+    assert lengths[0] >= max(lengths.values()) > min(lengths.values()), lengths
     assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoint-0")
     start = load_causal_lm(tiny_model_dir)
     moved = load_causal_lm(str(tmp_path / "run" / "checkpoint-3"))

@@ -273,7 +273,10 @@ def test_config_refuses_grpo_options_that_do_not_apply():
         ({"use_vllm": True}, "use_vllm=True"),
         ({"top_p": 0.9}, "top_p=0.9"),
         ({"top_entropy_quantile": 0.5}, "top_entropy_quantile"),
-        ({"scale_rewards": "none"}, "applies to advantage_estimator='gigpo' only"),
+        (
+            {"advantage_estimator": "rloo", "scale_rewards": "none"},
+            "applies to advantage_estimator='gigpo' only",
+        ),
         ({"gradient_accumulation_steps": 2, "steps_per_generation": 3}, "multiple of"),
         ({"max_completion_length": 8}, "max_completion_length=8"),
     ):

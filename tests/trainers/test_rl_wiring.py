@@ -60,27 +60,27 @@ def _episode(task, group: int, turns: list[tuple[list[int], int, int, float, str
 
 def test_every_advantage_lands_on_its_own_turn(tiny_model_dir, tmp_path):
     """Two tasks x two episodes of different lengths, rloo, no whitening: the batch row of each (prompt, option)
-    carries the hand-computed leave-one-out advantage of that turn, and padding rows carry none."""
+    carries the hand-computed leave-one-out advantage of its episode, and padding rows carry none."""
     trainer = _trainer(
         tiny_model_dir, tmp_path, advantage_estimator="rloo", whiten_advantages=False, gamma=1.0
     )
     (p0, n0), (p1, n1), (p2, n2), (p3, n3), (p4, n4) = _prompts(trainer._tokenizer, 5)
     task = trainer.tasks.pools["pickup"][0]
     episodes = [
-        _episode(task, 0, [(p0, n0, 1, 0.0, "a"), (p1, n1, 2, 1.0, "b")]),  # G = [1, 1]
-        _episode(task, 0, [(p0, n0, 3, -0.5, "a")]),  # G = [-0.5]
-        _episode(task, 1, [(p2, n2, 0, 0.25, "c")]),  # G = [0.25]
-        _episode(task, 1, [(p3, n3, 4, 0.0, "d"), (p4, n4, 5, -0.5, "e")]),  # G = [-0.5, -0.5]
+        _episode(task, 0, [(p0, n0, 1, 0.0, "a"), (p1, n1, 2, 1.0, "b")]),  # R = 1
+        _episode(task, 0, [(p0, n0, 3, -0.5, "a")]),  # R = -0.5
+        _episode(task, 1, [(p2, n2, 0, 0.25, "c")]),  # R = 0.25
+        _episode(task, 1, [(p3, n3, 4, 0.0, "d"), (p4, n4, 5, -0.5, "e")]),  # R = -0.5
     ]
-    # leave-one-out over the other episode of the group at the same turn index (0 once it ended)
+    # leave-one-out over the other episode's return, the same advantage on every turn of an episode
     expected = {
         (0, 1): 1.0 + 0.5,
-        (1, 2): 1.0 - 0.0,
+        (1, 2): 1.0 + 0.5,
         (0, 3): -0.5 - 1.0,
         (2, 0): 0.25 + 0.5,
         (3, 4): -0.5 - 0.25,
+        (4, 5): -0.5 - 0.25,
     }
-    expected[(4, 5)] = -0.5 - 0.0
     trainer._play = lambda tasks, groups, state: episodes
     trainer.model.train()
     batch = trainer._generate_and_score_completions([{}] * 4)
