@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _launch(model_dir: str, out: Path, *extra: str) -> list[dict]:
+def _launch(model_dir: str, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[dict]:
     """`reflect-trl rl` in two gloo DDP processes (3 steps); each rank's record of ddp_rl_script.py."""
     cmd = [
         sys.executable,
@@ -54,7 +54,9 @@ def _launch(model_dir: str, out: Path, *extra: str) -> list[dict]:
         "1",
         *extra,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", **(env or {})
+    }  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
@@ -71,6 +73,24 @@ def test_two_process_ddp_ranks_stay_in_sync(tiny_model_dir, tmp_path, estimator)
     assert all(r["process_group_torn_down"] for r in records)
     expected = {"gae": "explained_variance", "gigpo": "gigpo/grouped_turn_share"}[estimator]
     assert expected in records[0]["logged_keys"], records[0]["logged_keys"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(("zero_ranks", "skipped"), [("0,1", 3), ("0", 0)])
+def test_two_process_ddp_skips_no_signal_steps_together(tiny_model_dir, tmp_path, zero_ranks, skipped):
+    """skip_no_signal_steps under DDP: the decision counts the turns with advantage on all ranks, so both ranks skip
+    every step when neither has one, and neither skips when only one lacks them; the weights stay in sync."""
+    from reflect_trl.models import load_causal_lm
+
+    records = _launch(
+        tiny_model_dir, tmp_path / "ddp", "--skip_no_signal_steps", "true", "--advantage_estimator", "rloo",
+        env={"ZERO_ADVANTAGE_RANKS": zero_ranks},
+    )  # fmt: skip
+    assert records[0]["skipped_steps"] == records[1]["skipped_steps"] == skipped
+    assert records[0]["checksum"] == records[1]["checksum"]
+    assert records[0]["steps"] == records[1]["steps"] == 3
+    start = float(sum(p.detach().double().sum() for p in load_causal_lm(tiny_model_dir).parameters()))
+    assert (records[0]["checksum"] == start) == (skipped == 3)
 
 
 @pytest.mark.distributed

@@ -1,15 +1,20 @@
-"""The no-signal warning: a run whose task groups all got identical returns logs share 1 and warns once per stage;
-a run with varied returns logs share 0 and stays quiet; a zero gradient norm for several steps warns too. The
+"""The no-signal warning: a rollout without signal has a zero advantage on every turn (identical returns alone are a
+metric); a stage warns once when half of its rollouts so far, and at least 2, had none (or 3 in a row, or a zero
+gradient norm for 3 logged steps), and the run ends with "k of n rollouts had no learning signal" per stage. The
 no-success warning: rollouts without a successful episode warn once per stage, varied returns or not.
+``skip_no_signal_steps``: no optimizer or scheduler step on a window without advantage, even with a warm AdamW.
 
 Episodes are played by hand (``ReflectPPOTrainer._play`` replaced), as in ``test_rl_wiring``."""
 
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
+import pytest
 import torch
 from test_rl_wiring import _episode, _prompts, _trainer
+from transformers import TrainerCallback
 
 from reflect_trl.trainers.rl_logging import (
     NO_SIGNAL_PATIENCE,
@@ -17,6 +22,7 @@ from reflect_trl.trainers.rl_logging import (
     NoSignalMonitor,
     signal_shares,
 )
+from reflect_trl.trainers.signal_guard import check_skip_supported
 
 LOGGER = "reflect_trl.trainers.rl_logging"
 
@@ -34,7 +40,9 @@ def _play_by_hand(trainer, rewards: tuple[float, float]) -> None:
     ]
 
 
-def _run(tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float], warning: str = "no learning signal"):
+def _run(
+    tiny_model_dir, tmp_path, caplog, rewards: tuple[float, float], warning: str = "RL has no learning signal"
+):
     """A run of one rollout per step past both warnings' patience (curriculum on one stage) whose every rollout is
     two groups of two one-turn episodes (an episode succeeds when its reward is positive); the warnings that contain
     ``warning``."""
@@ -77,7 +85,7 @@ def test_success_free_rollouts_warn_once_per_stage_even_with_varied_returns(tiny
     assert all(s == 0.0 for s in _logged(trainer, "signal/identical_return_group_share"))
     assert len(warnings) == 1
     assert "'pickup'" in warnings[0] and f"for {NO_SUCCESS_PATIENCE} rollouts in a row" in warnings[0]
-    assert not any("no learning signal" in r.getMessage() for r in caplog.records if r.name == LOGGER)
+    assert not any("RL has no learning signal" in r.getMessage() for r in caplog.records if r.name == LOGGER)
 
 
 def test_varied_returns_with_successes_do_not_warn(tiny_model_dir, tmp_path, caplog):
@@ -124,45 +132,171 @@ def test_monitor_counts_success_apart_from_signal():
     assert [monitor.update("full", "success", True) is not None for _ in range(3)] == [False, False, True]
 
 
-def _train_on(tiny_model_dir, tmp_path, rewards: tuple[float, float], **overrides):
-    """Two optimizer steps on hand-played rollouts whose returns are ``rewards`` in every group, from a
-    policy moved away from its reference (so the KL term has a gradient); the parameters before and after."""
+def test_monitor_warns_when_half_of_a_short_stage_had_no_signal():
+    monitor = NoSignalMonitor()
+    assert monitor.update("pickup", "rollout", True) is None  # 1 of 1: not yet 2
+    message = monitor.update("pickup", "rollout", True)  # 2 of 2
+    assert message is not None and "'pickup'" in message and "2 of its 2 rollouts" in message
+    assert [monitor.update("dropoff", "rollout", x) for x in (True, False, False, False)] == [None] * 4
+    assert monitor.update("dropoff", "rollout", True) is None  # 2 of 5: under half
+    assert monitor.update("dropoff", "rollout", True) is not None  # 3 of 6
+    for _ in range(20):
+        monitor.update("full", "rollout", False)
+    late = [monitor.update("full", "rollout", True) is not None for _ in range(3)]
+    assert late == [False, False, True]  # a long stage whose signal dies: 3 in a row
+    assert monitor.summary() == (
+        "8 of 31 rollouts had no learning signal (zero advantage on every turn); per curriculum stage: "
+        "'pickup' 2 of 2, 'dropoff' 3 of 6, 'full' 3 of 23"
+    )
+
+
+def _summaries(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == LOGGER and "rollouts had no learning" in r.getMessage()
+    ]
+
+
+def test_identical_returns_with_advantages_are_a_signal(tiny_model_dir, tmp_path, caplog):
+    # every group ended alike, but the groups differ: REINFORCE's batch baseline gives every turn an advantage
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, max_steps=4, advantage_estimator="reinforce", curriculum_stages=["pickup"],
+        skip_no_signal_steps=True,
+    )  # fmt: skip
+    _play_rollouts(trainer, [((1.0, 1.0), (-1.0, -1.0))])
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        trainer.train()
+    assert all(s == 1.0 for s in _logged(trainer, "signal/identical_return_group_share"))
+    assert all(s == 0.0 for s in _logged(trainer, "signal/zero_advantage_turn_share"))
+    assert _logged(trainer, "signal/skipped_step_share") == [0.0] * 4  # the skip agrees: every step taken
+    assert not [
+        r for r in caplog.records if r.name == LOGGER and "RL has no learning signal" in r.getMessage()
+    ]
+    assert _summaries(caplog) == [
+        "0 of 4 rollouts had no learning signal (zero advantage on every turn); per curriculum stage: 'pickup' 0 of 4"
+    ]
+
+
+def test_short_stages_warn_and_the_run_ends_with_the_count(tiny_model_dir, tmp_path, caplog):
+    # two stages of two rollouts: 'pickup' has no signal in 2 of 2 (a warning), 'dropoff' in 1 of 2 (none)
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
-        max_steps=2,
+        max_steps=4,
         advantage_estimator="rloo",
-        curriculum_stages=["pickup"],
-        beta=0.05,
-        **overrides,
+        curriculum_stages=["pickup", "dropoff"],
     )
-    _play_by_hand(trainer, rewards)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in trainer.model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    before = [p.detach().clone() for p in trainer.model.parameters()]
-    trainer.train()
-    return trainer, before, list(trainer.model.parameters())
+    flat, varied = ((-1.0, -1.0), (-1.0, -1.0)), ((1.0, -1.0), (1.0, -1.0))
+    _play_rollouts(trainer, [flat, flat, varied, flat])
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        trainer.train()
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == LOGGER and "RL has no learning" in r.getMessage()
+    ]
+    assert len(warnings) == 1 and "'pickup'" in warnings[0] and "2 of its 2 rollouts" in warnings[0]
+    assert _summaries(caplog) == [
+        "3 of 4 rollouts had no learning signal (zero advantage on every turn); per curriculum stage: "
+        "'pickup' 2 of 2, 'dropoff' 1 of 2"
+    ]
 
 
 def _changed(before, after) -> bool:
     return any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
 
 
-def test_skip_no_signal_steps_leaves_the_policy_where_it_was(tiny_model_dir, tmp_path):
-    # identical returns: every advantage is 0, the loss would be the KL pull to the reference alone
-    trainer, before, after = _train_on(
-        tiny_model_dir, tmp_path / "skip", (-1.0, -1.0), skip_no_signal_steps=True
+def _play_rollouts(trainer, rewards_per_rollout) -> None:
+    """Rollout r of ``trainer`` becomes two groups of two one-turn episodes on `pickup`: group g's returns are
+    ``rewards_per_rollout[r][g]`` (a pair each; the last entry repeats)."""
+    (p0, n0), (p1, n1) = _prompts(trainer._tokenizer, 2)
+    task = trainer.tasks.pools["pickup"][0]
+
+    def play(tasks, groups, state):
+        (a0, b0), (a1, b1) = rewards_per_rollout[min(trainer._rollouts, len(rewards_per_rollout) - 1)]
+        return [
+            _episode(task, 0, [(p0, n0, 1, a0, "a")]),
+            _episode(task, 0, [(p0, n0, 2, b0, "a")]),
+            _episode(task, 1, [(p1, n1, 0, a1, "b")]),
+            _episode(task, 1, [(p1, n1, 3, b1, "b")]),
+        ]
+
+    trainer._play = play
+
+
+class _Snapshot(TrainerCallback):
+    """The parameters, the optimizer's state and the scheduler's position right after optimizer step ``step``."""
+
+    def __init__(self, trainer, step: int) -> None:
+        self.trainer, self.step, self.taken = trainer, step, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            self.taken = _state_of(self.trainer)
+
+
+def _state_of(trainer):
+    params = [p.detach().clone() for p in trainer.model.parameters()]
+    moments = [
+        v.detach().clone()
+        for s in trainer.optimizer.state_dict()["state"].values()
+        for v in s.values()
+        if torch.is_tensor(v)
+    ]
+    schedule = trainer.lr_scheduler
+    return params, moments, (schedule.get_last_lr(), schedule.last_epoch, schedule._step_count)
+
+
+def _warm_then_flat(tiny_model_dir, tmp_path, **overrides):
+    """Two optimizer steps on rollouts with varied returns (AdamW gets momentum, the linear schedule moves), then two
+    on rollouts whose every group ended alike (every advantage 0); the state after step 2 and at the end."""
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, max_steps=4, advantage_estimator="rloo", curriculum_stages=["pickup"], beta=0.05,
+        lr_scheduler_type="linear", weight_decay=0.1, save_strategy="steps", save_steps=4, **overrides,
+    )  # fmt: skip
+    _play_rollouts(
+        trainer, [((1.0, -1.0), (-1.0, 1.0)), ((-1.0, 2.0), (1.0, 0.0)), ((-1.0, -1.0), (-1.0, -1.0))]
     )
-    assert not _changed(before, after)  # fresh AdamW, zero gradients: no update at all
-    assert _logged(trainer, "signal/skipped_step_share") == [1.0, 1.0]
-    # without the option the KL term alone moves the policy (back towards its reference)
-    _, before, after = _train_on(tiny_model_dir, tmp_path / "pull", (-1.0, -1.0))
-    assert _changed(before, after)
+    snapshot = _Snapshot(trainer, step=2)
+    trainer.add_callback(snapshot)
+    trainer.train()
+    return trainer, snapshot.taken, _state_of(trainer)
+
+
+def test_skip_no_signal_steps_takes_no_optimizer_or_scheduler_step(tiny_model_dir, tmp_path):
+    trainer, (params, moments, schedule), (params_end, moments_end, schedule_end) = _warm_then_flat(
+        tiny_model_dir, tmp_path / "skip", skip_no_signal_steps=True
+    )
+    assert _logged(trainer, "signal/skipped_step_share") == [0.0, 0.0, 1.0, 1.0]
+    assert trainer.state.global_step == 4  # the Trainer still counts the skipped steps
+    assert not _changed(params, params_end)  # no AdamW step: neither momentum nor weight decay moved a weight
+    assert moments and not _changed(moments, moments_end)  # nor its moments and step count
+    assert schedule == schedule_end  # the learning rate stays where step 2 left it
+    assert (
+        tmp_path / "skip" / "checkpoint-4" / "scheduler.pt"
+    ).is_file()  # the guarded scheduler still saves
+    # without the option the same flat steps move the weights (the warm optimizer, the KL term) and the schedule
+    _, (params, _, schedule), (params_end, _, schedule_end) = _warm_then_flat(
+        tiny_model_dir, tmp_path / "step"
+    )
+    assert _changed(params, params_end)
+    assert schedule_end[1] == schedule[1] + 2 and schedule_end[0] != schedule[0]
 
 
 def test_skip_no_signal_steps_keeps_steps_that_carry_advantage(tiny_model_dir, tmp_path):
-    trainer, before, after = _train_on(tiny_model_dir, tmp_path, (1.0, -1.0), skip_no_signal_steps=True)
-    assert _changed(before, after)
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, max_steps=2, advantage_estimator="rloo", curriculum_stages=["pickup"],
+        skip_no_signal_steps=True,
+    )  # fmt: skip
+    _play_by_hand(trainer, (1.0, -1.0))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert _changed(before, list(trainer.model.parameters()))
     assert _logged(trainer, "signal/skipped_step_share") == [0.0, 0.0]
+
+
+def test_skip_no_signal_steps_is_refused_under_deepspeed():
+    # DeepSpeed's engine steps the optimizer and the scheduler inside backward, where no guard can skip them
+    check_skip_supported(SimpleNamespace(skip_no_signal_steps=True), deepspeed=False)
+    check_skip_supported(SimpleNamespace(skip_no_signal_steps=False), deepspeed=True)
+    with pytest.raises(ValueError, match="DeepSpeed"):
+        check_skip_supported(SimpleNamespace(skip_no_signal_steps=True), deepspeed=True)

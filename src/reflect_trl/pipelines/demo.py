@@ -35,6 +35,7 @@ from reflect_trl.pipelines.protocols import (
     rl_stages_of,
     rl_steps_of,
 )
+from reflect_trl.pipelines.statistics import outcomes_by_exposure, training_instances
 
 
 @dataclass
@@ -84,9 +85,9 @@ class DemoConfig:
     # validation (docs/experiments.md §1.4a)
     rl_gamma: float = 1.0
     rl_beta: float = 0.05  # KL to the SFT policy: keeps RL from collapsing the policy (docs/experiments.md)
-    # zero the loss of an RL step whose batch carries no advantage (ReflectPPOConfig.skip_no_signal_steps), so a
-    # stage without successes does not pull the policy back to its SFT start; the p = 0.5 variant's setting, chosen
-    # on validation (docs/experiments.md §1.4h, which also gives its test run, lower on dropoff / full)
+    # skip the optimizer and scheduler step of an RL step whose batch carries no advantage
+    # (ReflectPPOConfig.skip_no_signal_steps), so a stage without successes does not pull the policy back to its SFT
+    # start; docs/experiments.md §1.4h measured an earlier form that zeroed the loss but still stepped the optimizer
     rl_skip_no_signal_steps: bool = False
     rl_reflection_max_new_tokens: int = 48
     rl_num_iterations: int = 2
@@ -473,6 +474,7 @@ def _finish(cfg: DemoConfig, progress, report, paths, plots, runs: Path, out: Pa
             if (runs / name / "sft_metrics.json").is_file()
         },
     }
+    summary["exposure"] = exposure_of_results(summary["results"], training_instances(cfg))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "results.md").write_text(results_markdown(summary, report.markdown()))
     wandb_dirs = sorted(str(p) for p in runs.glob("*/wandb/offline-run-*"))
@@ -488,6 +490,46 @@ def _finish(cfg: DemoConfig, progress, report, paths, plots, runs: Path, out: Pa
     return summary
 
 
+def exposure_of_results(results: list[dict[str, Any]], training: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Per result: the share of its episodes whose problem instance an SFT or RL task of this run posed, and the
+    success on the others (the splits hold out task seeds, not instances)."""
+    out = []
+    for r in results:
+        split = outcomes_by_exposure([r], [training.get(r["stage"], set())])
+        if split is None:
+            continue
+        out.append(
+            {
+                "configuration": r["configuration"],
+                "stage": r["stage"],
+                "decoding": r["decoding"],
+                "seen_share": split["seen"]["episodes"] / r["episodes"] if r["episodes"] else None,
+                "unseen": split["unseen"],
+            }
+        )
+    return out
+
+
+def _exposure_markdown(exposure: list[dict[str, Any]]) -> str:
+    if not exposure:
+        return ""
+    lines = [
+        "Success on the unseen instances (no SFT or RL task of this run posed them) and the share of the episodes on "
+        "seen ones (the splits hold out task seeds, not instances):",
+        "",
+        "| configuration | decoding | stage | unseen success | unseen episodes | seen share |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in exposure:
+        u = e["unseen"]
+        rate = "–" if u["success_rate"] is None else f"{100 * u['success_rate']:.1f}%"
+        share = "–" if e["seen_share"] is None else f"{100 * e['seen_share']:.0f}%"
+        lines.append(
+            f"| {e['configuration']} | {e['decoding']} | {e['stage']} | {rate} | {u['episodes']} | {share} |"
+        )
+    return "\n".join(lines) + "\n\n"
+
+
 def results_markdown(summary: dict[str, Any], table: str) -> str:
     cfg = summary["config"]
     timings = "\n".join(f"| {k} | {v:.0f} s |" for k, v in summary["timings_seconds"].items())
@@ -495,6 +537,7 @@ def results_markdown(summary: dict[str, Any], table: str) -> str:
         "# reflect-trl demo results\n\n"
         f"Seed {cfg['seed']}, tiny {cfg['model_arch']} {_players(cfg)}, env `{cfg['env_name']}`, "
         f"total wall time {summary['total_seconds'] / 60:.1f} min.\n\n{table}\n"
+        f"{_exposure_markdown(summary.get('exposure') or [])}"
         f"| step | wall time |\n|---|---|\n{timings}\n"
     )
 

@@ -227,7 +227,7 @@ class ReflectPPOConfig(GRPOConfig):
         },
     )
     advantage_estimator: str = field(
-        default="rloo", metadata={"help": "reinforce | rloo | gae | gigpo (reflect_trl.rl_math)"}
+        default="gigpo", metadata={"help": "reinforce | rloo | gae | gigpo (reflect_trl.rl_math)"}
     )
     gamma: float = field(
         default=0.95, metadata={"help": "Discount over turns (GiGPO: 0.95, a loop penalty)."}
@@ -247,11 +247,14 @@ class ReflectPPOConfig(GRPOConfig):
     skip_no_signal_steps: bool = field(
         default=False,
         metadata={
-            "help": "Zero the loss of an optimizer step in which no turn on any process has a non-zero advantage "
-            "(every group's episodes ended alike), instead of letting the KL term alone pull the policy back to the "
-            "reference: a stage without any success leaves the policy where the last one put it, which also keeps it "
-            "from the reference's exploration (DAPO's dynamic sampling, simplest form; AdamW's momentum still moves "
-            "the weights for a few steps)."
+            "help": "Skip every optimizer step in which no turn on any process has a non-zero advantage (every "
+            "group's episodes ended alike, no replayed turn), instead of letting the KL term alone pull the policy "
+            "back to the reference: a stage without any success leaves the policy where the last one put it, which "
+            "also keeps it from the reference's exploration (DAPO's dynamic sampling, simplest form). On a skipped "
+            "step the loss is zeroed (backward still runs, so DDP / FSDP stay in step), neither the optimizer (no "
+            "weight, AdamW moment or weight-decay update) nor the learning-rate scheduler steps, and global_step "
+            "still counts it (max_steps, logging, saving and the step curriculum see it; the learning-rate schedule "
+            "lags by the skipped steps). Not supported with DeepSpeed."
         },
     )
     vf_coef: float = field(default=0.5, metadata={"help": "Value-loss weight (gae)."})
@@ -330,6 +333,12 @@ class ReflectPPOConfig(GRPOConfig):
             if value is not None and not isinstance(value, dict):
                 raise ValueError(f"{name} must be a mapping, got {value!r}")
             setattr(self, name, value)
+        if self.eval_env_kwargs:
+            # no training-only kwarg (envs.base.check_evaluation_kwargs) unless the "allow_training_only_kwargs" key
+            # names it
+            from reflect_trl.envs.base import checked_eval_env_kwargs
+
+            self.eval_env_kwargs = checked_eval_env_kwargs(self.env_name, self.eval_env_kwargs)
         if self.reflection_model_name_or_path in ("", "none", "None"):
             self.reflection_model_name_or_path = None
         from reflect_trl.reflection.player import REFLECTION_BACKENDS

@@ -20,21 +20,46 @@ from reflect_trl.rollout import Episode, episode_metrics
 logger = logging.getLogger(__name__)
 
 NO_SIGNAL_PATIENCE = 3  # consecutive rollouts (or logged optimizer steps) without signal before the warning
+NO_SIGNAL_MIN_ROLLOUTS = 2  # ... or, in a stage, at least this many rollouts without signal
+NO_SIGNAL_SHARE = 0.5  # ... making up at least this share of the stage's rollouts so far
 NO_SUCCESS_PATIENCE = 5  # consecutive rollouts without a successful episode before the warning
+
+NO_SIGNAL_LEVERS = (
+    "Levers: more episodes per task (num_generations), explore more (temperature), an easier stage or a stronger "
+    "SFT start. Sampled reflections (reflection_temperature > 0) vary the groups too, but collapsed the greedy policy "
+    "on 3 of 5 DangerousTaxi seeds (docs/experiments.md §1.1)."
+)
 
 
 @dataclass
 class NoSignalMonitor:
-    """Warns once per curriculum stage when RL has had no learning signal for ``patience`` rollouts in a row (every
-    task group's episodes got the same return, or every turn a zero advantage) or ``patience`` logged steps with a
-    zero gradient norm; and, separately, when ``success_patience`` rollouts in a row had no successful episode (RL
-    then learns from failures only: docs/experiments.md §1.4a, §1.4e)."""
+    """Counts the rollouts without a learning signal per curriculum stage and warns once per stage.
+
+    A rollout has no learning signal when every turn of its batch (the episodes' turns and the replayed ones, on all
+    processes) has a zero advantage (``|A| <= rl_math.ZERO_ADVANTAGE_TOL``): exactly the rollouts whose optimizer
+    steps ``skip_no_signal_steps`` skips. Identical returns in every task group are not the rule (with ``gamma`` < 1,
+    ``gae`` or ``reinforce`` such turns can still carry advantage): they are the metric
+    ``signal/identical_return_group_share``.
+
+    The signal warning is due, once per stage, when
+
+    * at least ``min_rollouts`` of the stage's rollouts so far, and at least ``share`` of them, had no signal (a stage
+      of 2 rollouts reaches it with 2 of 2), or
+    * ``patience`` rollouts in a row had none (a long stage whose signal dies late), or
+    * ``patience`` logged steps in a row had a zero gradient norm.
+
+    Separately, a warning when ``success_patience`` rollouts in a row had no successful episode (RL then learns from
+    failures only: docs/experiments.md §1.4a, §1.4e). :meth:`summary` is the end-of-run line over all stages."""
 
     patience: int = NO_SIGNAL_PATIENCE
     success_patience: int = NO_SUCCESS_PATIENCE
+    min_rollouts: int = NO_SIGNAL_MIN_ROLLOUTS
+    share: float = NO_SIGNAL_SHARE
     streaks: dict[str, int] = field(default_factory=lambda: {"rollout": 0, "grad_norm": 0, "success": 0})
     warned: set[tuple[str, str]] = field(default_factory=set)  # (stage, "signal" | "success")
     stage: str | None = None
+    #: per stage, in the order first seen: [rollouts without signal, rollouts]
+    rollouts: dict[str, list[int]] = field(default_factory=dict)
 
     def update(self, stage: str, kind: str, no_signal: bool) -> str | None:
         """Record one observation of ``kind`` ("rollout", "grad_norm": no learning signal; "success": no successful
@@ -42,30 +67,58 @@ class NoSignalMonitor:
         if stage != self.stage:
             self.stage, self.streaks = stage, {k: 0 for k in self.streaks}
         self.streaks[kind] = self.streaks[kind] + 1 if no_signal else 0
+        if kind == "rollout":
+            counts = self.rollouts.setdefault(stage, [0, 0])
+            counts[0] += int(no_signal)
+            counts[1] += 1
         success = kind == "success"
-        patience = self.success_patience if success else self.patience
         topic = "success" if success else "signal"  # "rollout" and "grad_norm" share one warning per stage
-        if self.streaks[kind] < patience or (stage, topic) in self.warned:
+        if (stage, topic) in self.warned or not self._due(stage, kind):
             return None
         self.warned.add((stage, topic))
+        streak = self.streaks[kind]
         if success:
             return (
-                f"No episode succeeded in curriculum stage {stage!r} for {self.streaks[kind]} rollouts in a row: RL "
+                f"No episode succeeded in curriculum stage {stage!r} for {streak} rollouts in a row: RL "
                 "now learns from failures only (e.g. to fail later). A stage that stays success-free can collapse "
                 "the greedy policy (docs/experiments.md §1.4a, §1.4e); shorter streaks also occur in runs that "
                 "recover. Levers: an easier stage, a stronger SFT start, more episodes per task (num_generations)."
             )
-        what = (
-            "every task group's episodes got the same return (or every turn a zero advantage)"
-            if kind == "rollout"
-            else "the gradient norm was 0"
-        )
+        if kind == "grad_norm":
+            what = f"the gradient norm was 0 for {streak} logged steps in a row"
+        else:
+            k, n = self.rollouts[stage]
+            what = (
+                f"{k} of its {n} rollouts so far had a zero advantage on every turn (every task group's episodes "
+                "ended alike); skip_no_signal_steps skips their optimizer steps, else the KL term alone moves the "
+                "policy"
+            )
+        return f"RL has no learning signal in curriculum stage {stage!r}: {what}. {NO_SIGNAL_LEVERS}"
+
+    def _due(self, stage: str, kind: str) -> bool:
+        streak = self.streaks[kind]
+        if kind == "success":
+            return streak >= self.success_patience
+        if kind == "rollout":
+            k, n = self.rollouts[stage]
+            if k >= self.min_rollouts and k >= self.share * n:
+                return True
+        return streak >= self.patience
+
+    @property
+    def no_signal_rollouts(self) -> int:
+        return sum(k for k, _ in self.rollouts.values())
+
+    def summary(self) -> str | None:
+        """The line "k of n rollouts had no learning signal (zero advantage on every turn)" with the count of every
+        stage; None before any rollout."""
+        if not self.rollouts:
+            return None
+        n = sum(n for _, n in self.rollouts.values())
+        stages = ", ".join(f"{stage!r} {k} of {n}" for stage, (k, n) in self.rollouts.items())
         return (
-            f"RL has no learning signal in curriculum stage {stage!r}: {what} for {self.streaks[kind]} "
-            f"{'rollouts' if kind == 'rollout' else 'logged steps'} in a row. Levers: more episodes per task "
-            "(num_generations), explore more (temperature), an easier stage or a stronger SFT start. Sampled "
-            "reflections (reflection_temperature > 0) vary the groups too, but collapsed the greedy policy on 3 "
-            "of 5 DangerousTaxi seeds (docs/experiments.md §1.1)."
+            f"{self.no_signal_rollouts} of {n} rollouts had no learning signal (zero advantage on every turn); per "
+            f"curriculum stage: {stages}"
         )
 
 
@@ -130,18 +183,21 @@ class RolloutLoggingMixin:
             if count > 0:
                 self._metrics["train"][name].append(total / count)
 
-    def _log_signal(self, stage: str, episodes: list[Episode], advantages: list[float]) -> None:
-        """Log how much of the rollout carries a learning signal (over all processes); warn when none does, and when
-        no episode succeeds for a while."""
+    def _log_signal(
+        self, stage: str, episodes: list[Episode], advantages: list[float], replayed: list[float] = ()
+    ) -> None:
+        """Log how much of the rollout carries a learning signal (over all processes): ``advantages`` are those of the
+        episodes' turns (the shares), ``replayed`` those of the replayed turns (which count for the no-signal rule,
+        as for ``skip_no_signal_steps``). Warn when rollouts have none, and when no episode succeeds for a while."""
         identical, compared, zero = signal_shares(
             [ep.total_return for ep in episodes], [ep.group for ep in episodes], advantages
         )
+        # the turns with a non-zero advantage, counted as the loss's window counts do (float32, rl_batch.window_counts)
+        carried = int((torch.tensor([*advantages, *replayed]).abs() > rl_math.ZERO_ADVANTAGE_TOL).sum())
         successes = float(sum(ep.success for ep in episodes))
-        counts = torch.tensor(
-            [identical, compared, zero, float(len(advantages)), successes, float(len(episodes))],
-            device=self.accelerator.device,
-        )
-        identical, compared, zero, turns, successes, played = self.accelerator.reduce(
+        counts = [identical, compared, zero, float(len(advantages)), successes, float(len(episodes)), carried]
+        counts = torch.tensor(counts, dtype=torch.float32, device=self.accelerator.device)
+        identical, compared, zero, turns, successes, played, carried = self.accelerator.reduce(
             counts, reduction="sum"
         ).tolist()
         metrics = self._metrics["train"]
@@ -149,8 +205,7 @@ class RolloutLoggingMixin:
             metrics["signal/identical_return_group_share"].append(identical / compared)
         if turns > 0:
             metrics["signal/zero_advantage_turn_share"].append(zero / turns)
-        no_signal = (compared > 0 and identical == compared) or (turns > 0 and zero == turns)
-        self._warn_no_signal(stage, "rollout", no_signal)
+        self._warn_no_signal(stage, "rollout", carried == 0)
         if played > 0:
             self._warn_no_signal(stage, "success", successes == 0)
 
@@ -158,6 +213,15 @@ class RolloutLoggingMixin:
         message = self._no_signal.update(stage, kind, no_signal)
         if message is not None and self.accelerator.is_main_process:
             logger.warning(message)
+
+    def train(self, *args: Any, **kwargs: Any):
+        """Trainer's ``train``, then one line on the main process: how many of the rollouts this trainer played had no
+        learning signal, per curriculum stage (a warning when any had none; a resumed run counts from the resume)."""
+        output = super().train(*args, **kwargs)
+        line = self._no_signal.summary()
+        if line is not None and self.accelerator.is_main_process:
+            (logger.warning if self._no_signal.no_signal_rollouts else logger.info)(line)
+        return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """TRL's logging, watching the gradient norm for the no-signal warning."""

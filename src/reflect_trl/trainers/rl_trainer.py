@@ -15,6 +15,8 @@ epochs over one rollout batch, checkpointing and logging -- and overrides a few 
   clipped value loss for ``gae``, the reflection player's token loss with ``train_reflection``), each term a window
   mean (``rl_math.window_mean``), so the gradient is the same on one process or many and for any accumulation;
 * ``evaluate`` (:class:`~reflect_trl.trainers.rl_evaluation.GreedyEvaluationMixin`): greedy held-out episodes;
+* ``create_optimizer`` / ``create_scheduler`` (:mod:`~reflect_trl.trainers.signal_guard`): with
+  ``skip_no_signal_steps``, no optimizer or scheduler step on a window without a non-zero advantage;
 * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler`` / ``save_model``: the task sampler, replay buffer, memos,
   value head and option labels.
 
@@ -59,6 +61,7 @@ from reflect_trl.trainers.rl_config import ReflectPPOConfig
 from reflect_trl.trainers.rl_evaluation import GreedyEvaluationMixin
 from reflect_trl.trainers.rl_logging import NoSignalMonitor, RolloutLoggingMixin
 from reflect_trl.trainers.rl_state import TrainingStateMixin
+from reflect_trl.trainers.signal_guard import SignalSkipMixin, check_skip_supported
 
 
 def environment_reward(*_: Any, **__: Any) -> list[float]:
@@ -75,7 +78,9 @@ def local_model_dir(model) -> str | None:
     return str(name) if name and Path(str(name)).is_dir() else None
 
 
-class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStateMixin, GRPOTrainer):
+class ReflectPPOTrainer(
+    GreedyEvaluationMixin, RolloutLoggingMixin, SignalSkipMixin, TrainingStateMixin, GRPOTrainer
+):
     """Online RL of the policy in a text environment, with a reflection model (optional)."""
 
     _tag_names = ["trl", "reflect-trl", "reflect-rl"]
@@ -109,6 +114,7 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
             peft_config=peft_config,
             callbacks=callbacks,
         )
+        check_skip_supported(args, self.is_deepspeed_enabled)
         self.option_head = OptionHead(self._tokenizer, labels)
         self.env_class = get_env_class(args.env_name)
         self.tasks = self._task_sampler(train_dataset)
@@ -148,6 +154,8 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
             )
             self._reflection_model = self.reflection_learner.model
             if not args.train_policy:
+                # no forward runs through the DDP wrapper: the learner averages its own gradients
+                self.reflection_learner.average_gradients(self.accelerator)
                 mine = {id(p) for p in self.reflection_learner.parameters()}
                 for param in self.accelerator.unwrap_model(self.model).parameters():
                     if id(param) not in mine:
@@ -258,7 +266,9 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
         rollout_seconds = time.perf_counter() - start
 
         rows = self._episode_rows(episodes)
-        rows += self._replay(episodes)
+        replayed = self._replay(episodes)
+        self._log_signal(stage, episodes, [r.advantage for r in rows], [r.advantage for r in replayed])
+        rows += replayed
         n_real = len(rows)
         # every process pads to the same multiple of steps_per_generation (GRPO's split and the collectives)
         target = int(self.accelerator.gather(torch.tensor([n_real], device=self.accelerator.device)).max())
@@ -345,7 +355,6 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
             metrics["gigpo/step_advantage_std"].append(estimated.step_groups.step_advantage_std)
         rows = rl_batch.episode_rows(episodes, estimated.advantages, estimated.value_targets)
         advantages = rl_math.finalize_advantages([r.advantage for r in rows], args.whiten_advantages)
-        self._log_signal(self.curriculum.stage, episodes, [float(a) for a in advantages])
         return rl_batch.with_advantages(rows, advantages)
 
     def _replay(self, episodes: list[Episode]) -> list[rl_batch.TurnRow]:
@@ -513,13 +522,8 @@ class ReflectPPOTrainer(GreedyEvaluationMixin, RolloutLoggingMixin, TrainingStat
             loss = loss + self._policy_loss(model, inputs)
         if self.reflection_learner is not None and "reflection_ids" in inputs:
             loss = loss + self._reflection_loss(inputs)
-        if self.args.skip_no_signal_steps:
-            # the same decision on every process (window counts are global); zero gradients, not a skipped backward,
-            # so DDP / DeepSpeed / FSDP run their collectives as usual
-            skipped = bool(inputs["window_signal_turns"] == 0)
-            self._metrics["train"]["signal/skipped_step_share"].append(float(skipped))
-            if skipped:
-                loss = loss * 0.0
+        # skip_no_signal_steps: a window without advantage gets a zero loss and no optimizer / scheduler step
+        loss = self._skip_without_signal(loss, inputs)
         # Stop every process together on a non-finite loss (a lone raise would hang the others in all-reduce).
         bad = torch.tensor(0.0 if torch.isfinite(loss).all() else 1.0, device=loss.device)
         if self.accelerator.reduce(bad, reduction="sum").item() > 0:
