@@ -42,6 +42,42 @@ logger = logging.getLogger(__name__)
 
 CACHE_IMPLEMENTATIONS = ("static", "dynamic")
 
+#: The logits processors a checkpoint's ``generation_config`` may switch on (chat checkpoints often set a repetition
+#: penalty), each at the value that switches it off. ``generate`` fills every setting a call leaves unset from the
+#: model's ``generation_config``, so these are passed explicitly: a reflection is drawn from the model's own
+#: distribution at the configured temperature / top-p and nothing else -- the distribution a trained reflection
+#: player's loss scores (``ReflectionLearner.token_logps``).
+NEUTRAL_GENERATION: dict = {
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_new_tokens": 0,  # takes precedence over an inherited min_length too
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "guidance_scale": 1.0,
+    "renormalize_logits": False,
+    "remove_invalid_values": False,
+    "num_beams": 1,
+    "num_return_sequences": 1,
+}
+#: Switched off only by ``None``, which ``generate`` replaces with the model's value: the neutral value of each one
+#: that has one, passed when the model sets it (sampling only).
+NEUTRAL_WHEN_SET: dict = {"min_p": 0.0}
+#: Processors a call cannot switch off when the model's ``generation_config`` sets them (a warning names them).
+INHERITED_PROCESSORS = (
+    "bad_words_ids",
+    "sequence_bias",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "exponential_decay_length_penalty",
+    "watermarking_config",
+    "top_h",
+)
+
 
 @dataclass
 class ReflectionBatch:
@@ -53,7 +89,7 @@ class ReflectionBatch:
     prompt_ids: list[list[int]]  # the tokenised prompts (without padding), reusable by the caller
     seconds: float = 0.0
     # with ``record_tokens``: each reflection's generated token ids (up to its length) and their log-probs under the
-    # sampling distribution (what a trained reflection player's PPO ratio divides by)
+    # model at the sampling temperature, from its raw logits (what a trained reflection player's PPO ratio divides by)
     token_ids: list[list[int]] | None = None
     token_logps: list[list[float]] | None = None
 
@@ -82,6 +118,9 @@ class ReflectionModel:
     eval mode). ``synced_gpus=True`` (DeepSpeed ZeRO-3 / FSDP: every rank must run the same forwards) passes
     ``synced_gpus`` to ``generate`` and turns the shared-prefix and static-cache paths off, whose extra forward
     depends on each rank's own prompts.
+
+    Reflections are drawn with this class's settings only (temperature, top-p, budget, stop): the logits processors
+    a checkpoint's ``generation_config`` switches on are switched off (:data:`NEUTRAL_GENERATION`).
     """
 
     def __init__(
@@ -153,12 +192,28 @@ class ReflectionModel:
                 # recompile turn after turn (the static cache is here to avoid re-concatenation, not for compilation)
                 disable_compile=True,
             )
+            kwargs.update(NEUTRAL_GENERATION)
             if self.synced_gpus:
                 kwargs["synced_gpus"] = True
+            inherited = getattr(self.model, "generation_config", None)
             if self.temperature > 0:
                 kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0)
+                for name, value in NEUTRAL_WHEN_SET.items():
+                    if getattr(inherited, name, None) is not None:
+                        kwargs[name] = value
             else:
                 kwargs.update(do_sample=False)
+            kept = [name for name in INHERITED_PROCESSORS if getattr(inherited, name, None) is not None]
+            if kept:
+                logger.warning(
+                    "ReflectionModel: the reflection model's generation_config sets %s, which generate applies on "
+                    "top of the configured sampling%s; unset it in the model's generation_config.json",
+                    ", ".join(kept),
+                    " (a trained reflection player then learns slightly off-policy: its recorded log-probs are the "
+                    "model's own)"
+                    if self.record_tokens
+                    else "",
+                )
             if self._stop_ids is not None:
                 kwargs["eos_token_id"] = self._stop_ids
             else:
@@ -211,14 +266,21 @@ class ReflectionModel:
         if cache is not None:
             kwargs["cache"] = cache
         if self.record_tokens:
-            kwargs.update(output_scores=True, return_dict_in_generate=True)
+            kwargs.update(output_logits=True, return_dict_in_generate=True)
         out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         if not self.record_tokens:
             return out[:, input_ids.shape[1] :]
         new = out.sequences[:, input_ids.shape[1] :]
-        # the scores are the processed logits sampling drew from (temperature applied; top-k/top-p off when trained)
-        scores = torch.stack(out.scores, dim=1).float().log_softmax(-1)
-        self._last_logps = scores.gather(-1, new[..., None]).squeeze(-1)
+        # log phi(y_j) at the sampling temperature from the model's raw logits (before any logits processor): the
+        # expression of the training forward (ReflectionLearner.token_logps), so the first PPO epoch's ratio is 1
+        temperature = self.temperature if self.temperature > 0 else 1.0
+        self._last_logps = torch.stack(
+            [
+                (logits.float() / temperature).log_softmax(-1).gather(-1, new[:, j, None]).squeeze(-1)
+                for j, logits in enumerate(out.logits)
+            ],
+            dim=1,
+        )
         return new
 
     def generate(self, prompts: list[str], prompt_ids: list[list[int]] | None = None) -> ReflectionBatch:

@@ -7,10 +7,12 @@ surrogate over its generated tokens, normalised per turn, plus a k3 KL to the SF
 How it rides on GRPOTrainer's machinery: the reflection model becomes a submodule of the policy
 (``reflect_reflection``), so the optimizer (its own learning rate, :meth:`ReflectionLearner.split_param_groups`),
 DDP's gradient averaging, gradient clipping and the optimizer's checkpointed state cover both players with nothing
-home-made. It is detached from the policy whenever the policy is saved (the policy's weights never contain it) and
-saved on its own: ``<output_dir>/reflection`` (a full model, its LoRA merged) and, in checkpoints,
-``reflection_state.pt`` (its trainable tensors, for an exact resume). Its reference is a frozen copy of the starting
-weights, or the same model with its LoRA adapter disabled.
+home-made. One exception: with ``train_policy: false`` no forward runs through the DDP-wrapped policy, so DDP's
+gradient hooks stay idle; the learner then averages its gradients over the processes itself
+(:meth:`ReflectionLearner.average_gradients`; DeepSpeed and FSDP are refused there). It is detached from the policy
+whenever the policy is saved (the policy's weights never contain it) and saved on its own: ``<output_dir>/reflection``
+(a full model, its LoRA merged) and, in checkpoints, ``reflection_state.pt`` (its trainable tensors, for an exact
+resume). Its reference is a frozen copy of the starting weights, or the same model with its LoRA adapter disabled.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from reflect_trl import rl_math
 from reflect_trl.batching import position_ids_from_mask
 
 SUBMODULE = "reflect_reflection"
+#: elements per all-reduce when the learner averages its own gradients (DDP's default bucket is 25 MiB)
+BUCKET_ELEMENTS = 2**24
 STATE_FILE = "reflection_state.pt"
 OUTPUT_DIR = "reflection"
 
@@ -52,6 +56,7 @@ class ReflectionLearner:
         self.tokenizer = tokenizer
         self.policy = policy
         policy.add_module(SUBMODULE, model)
+        self._accelerator = None  # set by average_gradients: the learner all-reduces its gradients itself
 
     # -------------------------------------------------------------------------------------------- optimizer
     def parameters(self) -> list[nn.Parameter]:
@@ -72,6 +77,59 @@ class ReflectionLearner:
             optimizer.add_param_group(group)
         optimizer.param_groups[:] = [g for g in optimizer.param_groups if g["params"]]
 
+    # ------------------------------------------------------------------------------------------------ gradients
+    def average_gradients(self, accelerator) -> None:
+        """Average this player's gradients over the processes at the end of every backward that synchronises
+        (the last micro-batch of an accumulation window), before clipping and the optimizer step.
+
+        For ``train_policy: false``: no forward then runs through the DDP-wrapped policy, so DDP's reducer is never
+        prepared and its gradient hooks do nothing -- each process would silently train its own reflection player.
+        DeepSpeed and FSDP reduce (or shard) gradients inside their own engines, out of this reach: refused with
+        more than one process. A no-op with one process."""
+        if accelerator.num_processes <= 1:
+            return
+        kind = accelerator.distributed_type
+        # accelerate wraps the model in DDP for every MULTI_* type
+        if not str(getattr(kind, "value", kind)).startswith("MULTI_"):
+            raise ValueError(
+                f"train_policy=false with {accelerator.num_processes} processes is supported under DDP only (got "
+                f"{getattr(kind, 'value', kind)}): launch with a DDP accelerate config "
+                "(recipes/accelerate_configs/ddp.yaml), or set train_policy=true"
+            )
+        self._accelerator = accelerator
+
+    def _queue_average(self, grad: torch.Tensor) -> None:
+        """A hook on the log-probs: averages the gradients once this backward has accumulated them all."""
+        torch.autograd.Variable._execution_engine.queue_callback(self._average_now)
+
+    def _average_now(self) -> None:
+        if not self._accelerator.sync_gradients:
+            return  # a micro-batch inside an accumulation window: kept local, as under DDP's no_sync
+        world = self._accelerator.num_processes
+        params = self.parameters()
+        for p in params:
+            if p.grad is None:  # every process reduces the same tensors in the same order
+                p.grad = torch.zeros_like(p)
+        buckets: dict[tuple, list[list[torch.Tensor]]] = {}
+        sizes: dict[tuple, int] = {}
+        for p in params:
+            key = (p.grad.dtype, p.grad.device)
+            groups = buckets.setdefault(key, [[]])
+            if groups[-1] and sizes[key] + p.grad.numel() > BUCKET_ELEMENTS:
+                groups.append([])
+                sizes[key] = 0
+            groups[-1].append(p.grad)
+            sizes[key] = sizes.get(key, 0) + p.grad.numel()
+        for groups in buckets.values():
+            for grads in groups:
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                torch.distributed.all_reduce(flat)  # SUM: gloo has no AVG
+                flat.div_(world)
+                offset = 0
+                for g in grads:
+                    g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                    offset += g.numel()
+
     # ------------------------------------------------------------------------------------------------ scoring
     def token_logps(
         self, model: nn.Module, batch: dict[str, Any], temperature: float, with_entropy: bool = False
@@ -81,6 +139,11 @@ class ReflectionLearner:
         ids, mask, tokens = batch["reflection_ids"], batch["reflection_mask"], batch["reflection_token_mask"]
         span = int(tokens.sum(-1).max().item()) if tokens.numel() else 0
         out = torch.zeros(ids.shape, device=ids.device)
+        if span == 0 and torch.is_grad_enabled() and ids.shape[1] > 1:
+            # a micro-batch of padding rows only (a process with fewer turns than another): the forward still runs,
+            # its terms masked to 0, so every trainable parameter gets a (zero) gradient on every process, as the
+            # gradient all-reduce (DDP's or the learner's own) needs
+            span = 1
         if span == 0:
             return out, (torch.zeros(ids.shape, device=ids.device) if with_entropy else None)
         logits = model(
@@ -112,6 +175,8 @@ class ReflectionLearner:
     ):
         """The per-turn terms of ``rl_math.reflection_token_losses`` and the token entropy per turn."""
         logp, entropy = self.token_logps(self.model, inputs, temperature, with_entropy=True)
+        if self._accelerator is not None and logp.requires_grad:
+            logp.register_hook(self._queue_average)
         terms = rl_math.reflection_token_losses(
             logp,
             inputs["old_reflection_logps"],
