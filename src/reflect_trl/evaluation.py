@@ -33,7 +33,8 @@ import torch
 
 from reflect_trl.action_head import OptionHead
 from reflect_trl.config_lists import parse_list
-from reflect_trl.envs import Task, make_env
+from reflect_trl.envs import Task, get_env_class, make_env
+from reflect_trl.envs.base import check_evaluation_kwargs
 from reflect_trl.progress import progress_bar
 from reflect_trl.prompts import DEFAULT_LABELS, parse_option_labels, recommended_action, resolve_option_labels
 from reflect_trl.reflection.cache import DEFAULT_REFLECTION_CACHE_SIZE, CachedReflectionPlayer
@@ -124,6 +125,9 @@ class EvalSettings:
     # Record every turn's optimal actions (TextEnv.optimal_actions) for the reflection diagnostics of configurations
     # with a reflection model (EvalResult.diagnostics)
     reflection_diagnostics: bool = True
+    # The environment's training-only kwargs (TextEnv.training_only_kwargs, e.g. AutoExplore's leaveout_prob, which
+    # gives the target away) that env_kwargs may hold: any other one is refused (check_training_only_kwargs)
+    allow_training_only_kwargs: list[str] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.env_kwargs, str):
@@ -134,6 +138,9 @@ class EvalSettings:
         if not isinstance(self.env_kwargs, dict):
             raise ValueError(f"env_kwargs must be a mapping (a JSON object), got {self.env_kwargs!r}")
         self.stages = parse_list(self.stages, "stages")
+        self.allow_training_only_kwargs = parse_list(
+            self.allow_training_only_kwargs, "allow_training_only_kwargs"
+        )
         self.decodings = parse_list(self.decodings, "decodings") or []
         if not self.decodings:
             raise ValueError(f"decodings is empty; choose from {DECODINGS}")
@@ -156,6 +163,17 @@ class EvalSettings:
             raise ValueError(
                 "reflection_backend='openai' needs reflection_base_url (e.g. http://127.0.0.1:8000/v1)"
             )
+
+    def check_training_only_kwargs(self) -> None:
+        """Refuse the environment's training-only kwargs in ``env_kwargs`` unless ``allow_training_only_kwargs``
+        names them (``ValueError`` naming the kwarg, the environment and the flag that allows it)."""
+        check_evaluation_kwargs(
+            get_env_class(self.env_name),
+            self.env_kwargs,
+            self.allow_training_only_kwargs,
+            setting="env_kwargs",
+            how_to_allow="--allow_training_only_kwargs {name} (YAML: allow_training_only_kwargs: [{name}])",
+        )
 
 
 @dataclass
@@ -497,6 +515,7 @@ def evaluate(
     names = [c.name for c in configurations]
     if len(set(names)) != len(names):
         raise ValueError(f"configuration names must be unique, got {names}")
+    settings.check_training_only_kwargs()  # before any environment is built
     for conf in configurations:
         conf.check_models(served_reflection=settings.reflection_backend == "openai")
         policy_labels(settings, conf)  # labels that disagree with a policy's fail before any episode

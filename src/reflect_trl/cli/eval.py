@@ -39,6 +39,8 @@ def _configurations_from(raw: Any, source: str) -> list[EvalConfiguration]:
 SETTING_HELP: dict[str, str] = {
     "env_name": "registered environment (default: taxi)",
     "env_kwargs": "environment kwargs, a JSON object (e.g. '{\"horizon\": 15}')",
+    "allow_training_only_kwargs": "training-only environment kwargs (e.g. auto_explore's leaveout_prob, which gives "
+    "the target away) that env_kwargs may hold anyway: comma-separated or a JSON list (default: none, refused)",
     "split": "task split played (default: test, held out from training)",
     "stages": "stages to evaluate: comma-separated or a JSON list (default: all of the environment's)",
     "decodings": "greedy, sampled or both: comma-separated or a JSON list (default: greedy,sampled)",
@@ -222,6 +224,8 @@ def check_eval_inputs(configurations: Sequence[EvalConfiguration], settings: Eva
     )
 
     check_env(settings.env_name, settings.env_kwargs, settings.stages)
+    with usage_errors():
+        settings.check_training_only_kwargs()
     names = [c.name for c in configurations]
     if len(set(names)) != len(names):
         raise UsageError(f"configuration names must be unique, got {names}")

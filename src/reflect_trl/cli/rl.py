@@ -54,6 +54,23 @@ def check_rl_inputs(args, model_args):
     return tokenizer
 
 
+def rl_resume_checkpoint(args) -> str | None:
+    """The checkpoint ``args.resume_from_checkpoint`` names (``true``: the newest complete one of ``output_dir``,
+    skipping partial ones; :mod:`reflect_trl.trainers.checkpoints`); None for a fresh run."""
+    from reflect_trl.trainers.checkpoints import resolve_resume_from_checkpoint
+    from reflect_trl.trainers.rl_state import checkpoint_files
+
+    if args.resume_from_checkpoint is None:
+        return None
+    return resolve_resume_from_checkpoint(
+        args.resume_from_checkpoint,
+        args.output_dir,
+        required=checkpoint_files(args),
+        needs_optimizer=not args.save_only_model,
+        warn=args.process_index == 0,  # one warning per run, not per process
+    )
+
+
 def rl_parser():
     """The ``TrlParser`` of ``reflect-trl rl`` (also what ``reflect_trl.cli.option_table`` reads its options from)."""
     from trl import ModelConfig, TrlParser
@@ -78,6 +95,7 @@ def run_rl(argv: list[str] | None = None):
     parser = rl_parser()
     args, model_args = parse_recipe(parser, argv, "rl", RL_DESCRIPTION, own=(ReflectPPOConfig,))
     tokenizer = check_rl_inputs(args, model_args)  # before anything is written
+    args.resume_from_checkpoint = rl_resume_checkpoint(args)
     with removed_on_failure(args.output_dir):  # a setup that still fails leaves no output directory
         configure_tracking(args.report_to, args.output_dir)
         policy = load_causal_lm(
@@ -149,6 +167,7 @@ __all__ = [
     "RL_DESCRIPTION",
     "check_rl_inputs",
     "rl_parser",
+    "rl_resume_checkpoint",
     "run_rl",
     "shutdown_distributed",
     "write_log_history",

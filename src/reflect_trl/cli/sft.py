@@ -178,6 +178,23 @@ def prepare_sft(script_args: ReflectSFTScriptArguments, training_args: ReflectSF
     return tokenizer, train_dataset, eval_dataset
 
 
+def sft_resume_checkpoint(training_args: ReflectSFTConfig) -> str | None:
+    """The checkpoint ``training_args.resume_from_checkpoint`` names (``true``: the newest complete one of
+    ``output_dir``, skipping partial ones; :mod:`reflect_trl.trainers.checkpoints`); None for a fresh run."""
+    from reflect_trl.prompts import LABELS_FILE
+    from reflect_trl.trainers.checkpoints import resolve_resume_from_checkpoint
+
+    if training_args.resume_from_checkpoint is None:
+        return None
+    return resolve_resume_from_checkpoint(
+        training_args.resume_from_checkpoint,
+        training_args.output_dir,
+        required=[LABELS_FILE] if training_args.role == "policy" else [],
+        needs_optimizer=not training_args.save_only_model,
+        warn=training_args.process_index == 0,  # one warning per run, not per process
+    )
+
+
 def run_sft(
     script_args: ReflectSFTScriptArguments, training_args: ReflectSFTConfig, model_args
 ) -> dict[str, Any]:
@@ -189,6 +206,7 @@ def run_sft(
 
     started = time.perf_counter()
     tokenizer, train_dataset, eval_dataset = prepare_sft(script_args, training_args, model_args)
+    training_args.resume_from_checkpoint = sft_resume_checkpoint(training_args)
 
     quantization_config = get_quantization_config(model_args)
     model_init_kwargs: dict[str, Any] = {
@@ -299,6 +317,7 @@ __all__ = [
     "run_sft",
     "run_sft_cli",
     "sft_parser",
+    "sft_resume_checkpoint",
     "spread_indices",
     "stage_order",
 ]

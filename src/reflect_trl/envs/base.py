@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -184,3 +184,65 @@ class TextEnv(ABC):
         if not 0 <= int(action_index) < n:
             raise IndexError(f"{self.name}: action index {action_index} out of range (0..{n - 1})")
         return int(action_index)
+
+
+#: the setting (``reflect-trl eval``) or ``eval_env_kwargs`` key (``reflect-trl rl``) that lets an evaluation use the
+#: training-only kwargs it names
+ALLOW_TRAINING_ONLY_KWARGS = "allow_training_only_kwargs"
+
+
+def check_evaluation_kwargs(
+    env_class: type[TextEnv],
+    kwargs: Mapping[str, Any] | None,
+    allowed: Sequence[str] | None = None,
+    setting: str = "env_kwargs",
+    how_to_allow: str | None = None,
+) -> None:
+    """Refuse, in the kwargs of an *evaluation* environment, the environment's ``training_only_kwargs`` (they shape
+    training episodes and can give the answer away, e.g. AutoExplore's ``leaveout_prob``) unless ``allowed`` names
+    them. ``setting`` names where the kwargs come from and ``how_to_allow`` how a run allows one (``{name}`` is
+    replaced by the kwarg); raises ``ValueError`` with a one-line message."""
+    training_only = tuple(env_class.training_only_kwargs)
+    allowed = tuple(allowed or ())
+    unknown = [name for name in allowed if name not in training_only]
+    if unknown:
+        raise ValueError(
+            f"{ALLOW_TRAINING_ONLY_KWARGS} names {unknown}, which environment {env_class.name!r} does not declare "
+            f"training-only (its training_only_kwargs: {list(training_only)})"
+        )
+    for name in kwargs or {}:
+        if name in training_only and name not in allowed:
+            hint = (how_to_allow or f"{ALLOW_TRAINING_ONLY_KWARGS}: [{{name}}]").format(name=name)
+            raise ValueError(
+                f"{setting}: {name!r} is a training-only kwarg of environment {env_class.name!r} (it shapes training "
+                f"episodes and can give the answer away in an evaluation); leave it out, or allow it by name with "
+                f"{hint}"
+            )
+
+
+def checked_eval_env_kwargs(
+    env_name: str, kwargs: Mapping[str, Any], setting: str = "eval_env_kwargs"
+) -> dict:
+    """``kwargs`` of an evaluation environment of ``env_name`` (``ReflectPPOConfig.eval_env_kwargs``) after
+    :func:`check_evaluation_kwargs`, with the ``allow_training_only_kwargs`` key (the training-only kwargs it allows,
+    a list or a comma-separated string) taken out. An environment that cannot be loaded is left to the later checks
+    (``reflect_trl.validation.check_env``)."""
+    from reflect_trl.config_lists import parse_list
+    from reflect_trl.envs import get_env_class
+
+    kwargs = dict(kwargs)
+    allowed = parse_list(
+        kwargs.pop(ALLOW_TRAINING_ONLY_KWARGS, None), f"{setting}[{ALLOW_TRAINING_ONLY_KWARGS!r}]"
+    )
+    try:
+        env_class = get_env_class(env_name)
+    except (KeyError, ImportError):
+        return kwargs
+    check_evaluation_kwargs(
+        env_class,
+        kwargs,
+        allowed,
+        setting=setting,
+        how_to_allow=f'"{ALLOW_TRAINING_ONLY_KWARGS}": ["{{name}}"] in {setting}',
+    )
+    return kwargs

@@ -11,12 +11,25 @@ from typing import Any
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from reflect_trl.prompts import write_option_labels
+from reflect_trl.prompts import LABELS_FILE, write_option_labels
 from reflect_trl.reflection.cache import CachedReflectionPlayer
+from reflect_trl.trainers.reflection_learner import STATE_FILE as REFLECTION_STATE_FILE
 from reflect_trl.trainers.reflection_learner import SUBMODULE
 
 STATE_FILE = "reflect_state_rank{rank}.pt"
 VALUE_HEAD_FILE = "value_head.pt"
+
+
+def checkpoint_files(args) -> list[str]:
+    """The files a checkpoint of a run configured by ``args`` (a ``ReflectPPOConfig``) holds besides Trainer's own,
+    all of which a resume with ``args`` reads: every rank's training state, the option labels, the value head
+    (``gae``) and the reflection player's state (``train_reflection``)."""
+    files = [STATE_FILE.format(rank=rank) for rank in range(args.world_size)] + [LABELS_FILE]
+    if args.advantage_estimator == "gae":
+        files.append(VALUE_HEAD_FILE)
+    if args.train_reflection:
+        files.append(REFLECTION_STATE_FILE)
+    return files
 
 
 class TrainingStateMixin:
@@ -37,14 +50,17 @@ class TrainingStateMixin:
         }
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        """This trainer's files first, then Trainer's (weights, optimizer, RNG, and ``trainer_state.json`` last), so a
+        checkpoint with a readable ``trainer_state.json`` is complete (:mod:`reflect_trl.trainers.checkpoints`);
+        a run killed while saving leaves a partial folder that ``--resume_from_checkpoint true`` skips."""
         out = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         out.mkdir(parents=True, exist_ok=True)
         torch.save(self._reflect_state(), out / STATE_FILE.format(rank=self.accelerator.process_index))
         if self.reflection_learner is not None and self.args.should_save:
             self.reflection_learner.save_state(out)
-        if self.args.should_save:
-            self._save_extras(out)
+        # every rank's state is on disk before the main process can write trainer_state.json
+        self.accelerator.wait_for_everyone()
+        super()._save_checkpoint(model, trial)  # its save_model writes the extras (_save_extras) too
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
