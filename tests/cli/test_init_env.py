@@ -14,7 +14,7 @@ import yaml
 
 from _plugins import write_distribution
 from reflect_trl.cli import main as reflect_trl
-from reflect_trl.cli.init_env import init_env, scaffold_files
+from reflect_trl.cli.init_env import init_env, init_recipes, scaffold_files
 from reflect_trl.envs import entry_points
 from reflect_trl.envs.check import check_env_contract
 from reflect_trl.errors import UsageError
@@ -82,7 +82,7 @@ def test_a_fresh_environment_passes_check_env(scaffolded, capsys):
     assert reflect_trl(["check-env", NAME, "--strict", "--tasks", "10"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert all(line.startswith("PASS") for line in out[:-1]), out
-    assert out[-1] == f"{NAME}: 12 checks, 0 failed, 0 warnings, 0 skipped: the contract holds"
+    assert out[-1] == f"{NAME}: 15 checks, 0 failed, 0 warnings, 0 skipped: the contract holds"
     from reflect_nc_corridor.env import NcCorridorEnv
 
     check_env_contract(NcCorridorEnv, n_tasks=10).raise_for_failures(
@@ -150,3 +150,54 @@ def test_the_smoke_preset_runs_end_to_end(scaffolded):
     rl_card = (work / "smoke/outputs/rl/README.md").read_text()
     assert "ReflectAgent.from_pretrained(" in rl_card
     assert "provided by the plugin distribution `reflect-nc-corridor 0.1.0`" in rl_card
+
+
+RECIPE_FILES = {
+    "smoke.sh",
+    *(f"recipes/{n}.yaml" for n in ("data", "sft_reflection", "sft_policy", "sft_plain", "rl", "eval")),
+    *(f"recipes/smoke/{n}.yaml" for n in ("data", "sft_reflection", "sft_policy", "rl", "eval")),
+}
+
+
+def written(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_recipes_only_writes_the_recipes_of_a_registered_environment(tmp_path, monkeypatch, capsys):
+    from reflect_trl.envs import _REGISTRY
+    from test_recipes import PARSERS
+
+    monkeypatch.setitem(_REGISTRY, "line_world", "_toy_env:LineWorldEnv")
+    root = tmp_path / "mine"
+    assert reflect_trl(["init-env", "--recipes-only", "line_world", "--output_dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {len(RECIPE_FILES)} files for environment 'line_world'" in out and "note:" not in out
+    assert written(root) == RECIPE_FILES  # no package: no pyproject.toml, src/, tests/, README.md
+    assert (root / "smoke.sh").stat().st_mode & 0o111
+    assert smoke_commands(root)[0] == ["check-env", "line_world", "--strict"]
+    for path in sorted(RECIPE_FILES - {"smoke.sh"}):
+        assert yaml.safe_load((root / path).read_text())["env_name"] == "line_world", path
+        kind = next(k for k in ("data", "sft", "rl", "eval") if Path(path).stem.startswith(k))
+        PARSERS[kind](root / path, tmp_path / "out")  # the recipes parse with their config classes
+
+
+def test_recipes_only_never_overwrites_and_takes_module_class(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert (
+        reflect_trl(["init-env", "--recipes-only", "_toy_env:LineWorldEnv"]) == 0
+    )  # default: this directory
+    out = capsys.readouterr().out
+    assert written(tmp_path) == RECIPE_FILES
+    assert "note: reflect-trl commands find an environment by name: register 'line_world'" in out
+    (tmp_path / "recipes" / "rl.yaml").write_text("mine")
+    (tmp_path / "smoke.sh").unlink()
+    assert reflect_trl(["init-env", "--recipes-only", "_toy_env:LineWorldEnv"]) == 2
+    err = capsys.readouterr().err
+    assert f"--recipes-only: {len(RECIPE_FILES) - 1} of the {len(RECIPE_FILES)} files exist already" in err
+    assert "recipes/rl.yaml" in err and "nothing was written" in err
+    assert (tmp_path / "recipes" / "rl.yaml").read_text() == "mine" and not (tmp_path / "smoke.sh").exists()
+    for name, words in [("no_such_env", "unknown environment"), ("_toy_env:Nope", "cannot be imported"),
+                        ("_toy_env:ACTIONS", "not a subclass of reflect_trl.envs.TextEnv")]:  # fmt: skip
+        with pytest.raises(UsageError, match=words):
+            init_recipes(name, tmp_path / "other")
+    assert not (tmp_path / "other").exists()

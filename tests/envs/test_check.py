@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 
 import pytest
 
 import reflect_trl.envs
 from _toy_env import LineWorldEnv, LineWorldReflector
 from reflect_trl.envs import SPLITS, Observation, StepResult, Task, TextEnv, split_seed
-from reflect_trl.envs.check import FAIL, PASS, SKIP, WARN, EnvContractError, check_env_contract
+from reflect_trl.envs.check import (
+    FAIL,
+    INFO,
+    PASS,
+    RANDOM_TOO_EASY,
+    SKIP,
+    WARN,
+    EnvContractError,
+    check_env_contract,
+)
 from reflect_trl.reflection import ReflectionContext
 
 ACTIONS = ("step left", "step right", "wait")
@@ -113,7 +123,10 @@ def test_a_good_environment_passes_every_check():
     report.raise_for_failures(strict=True)
     assert report.facts["oracle_steps"][0] >= 1 and report.facts["max_options"] == 3
     assert "longest reflection" in detail(report, "prompt budget")
-    assert len(report.lines()) == 12 and report.lines()[0].startswith("PASS  class")
+    assert len(report.lines()) == 15 and report.lines()[0].startswith("PASS  class")
+    assert "in fresh processes with PYTHONHASHSEED=1, 2" in detail(report, "options")
+    near = report.facts["random_success"]["near"]
+    assert 0 < near < RANDOM_TOO_EASY and f"near {near:.0%}" in detail(report, "random policy")
 
 
 def test_the_shipped_environments_keep_the_contract(monkeypatch):
@@ -129,6 +142,7 @@ def test_the_shipped_environments_keep_the_contract(monkeypatch):
     taxi = check_env_contract("taxi", n_tasks=10)
     assert taxi.ok, taxi.lines()
     assert statuses(taxi)["disjoint splits"] == WARN and "taxi's dropoff" in detail(taxi, "disjoint splits")
+    assert {statuses(taxi)[name] for name in ("options", INFO, "random policy")} == {PASS}, taxi.lines()
 
 
 class NoSuperInit(Walk):
@@ -159,6 +173,68 @@ class NoSuccessInfo(Walk):
         return {"won": success}
 
 
+class SuccessOnlyAtTheEnd(Walk):  # the guide asks for info["success"] on every step
+    def info(self, success):
+        return {"success": success, "moves": self.t} if self.done else {"moves": self.t}
+
+
+class ReorderedOptions(Walk):
+    """Offers the actions in the order ``options()`` gives; step and oracle go by the action texts."""
+
+    def options(self) -> tuple[str, ...]:
+        return ACTIONS
+
+    def observe(self):
+        return Observation(super().observe().text, self.options())
+
+    def step(self, action_index):
+        i = self._check_action(action_index)
+        return super().step(ACTIONS.index(self.observation.actions[i]))
+
+    def oracle_action(self):
+        return self.observation.actions.index(ACTIONS[super().oracle_action()])
+
+
+class RotatingOptions(ReorderedOptions):  # the order depends on how many episodes this instance has played
+    def reset(self, seed=None, task=None):
+        self.episodes = getattr(self, "episodes", 0) + 1
+        return super().reset(seed, task)
+
+    def options(self):
+        k = self.episodes % len(ACTIONS)
+        return ACTIONS[k:] + ACTIONS[:k]
+
+
+class FlickeringOptions(ReorderedOptions):  # "wait" is offered in every other episode of an instance
+    def reset(self, seed=None, task=None):
+        self.episodes = getattr(self, "episodes", 0) + 1
+        return super().reset(seed, task)
+
+    def options(self):
+        return ACTIONS if self.episodes % 2 else ACTIONS[:2]
+
+
+class SetOrderedOptions(ReorderedOptions):  # the same order within a process, another one in the next process
+    def options(self):
+        return tuple({*ACTIONS})
+
+
+class SplitBlind(Walk):  # every split gets the train tasks under its own ids: test = train
+    def make_tasks(self, split, n, seed=0, difficulty=None):
+        if split not in SPLITS:
+            raise ValueError(split)
+        return [
+            Task(t.env, t.task_id.replace("-train-", f"-{split}-"), t.difficulty, t.seed, t.data)
+            for t in super().make_tasks("train", n, seed, difficulty)
+        ]
+
+
+class EveryActionHelps(Walk):  # whatever the agent picks, it walks towards the goal: random play wins
+    def step(self, action_index):
+        self._check_action(action_index)
+        return super().step(self.oracle_action())
+
+
 class StepCounterKey(Walk):
     def state_key(self):
         return (self.position, self.goal, self.t)
@@ -186,7 +262,21 @@ class TooManyActions(Walk):
         (OracleLosesFar, None, {}, "oracle", "the oracle fails task 'walk-test-far-0' (test, far)"),
         (UnseededTasks, None, {}, "deterministic", "differs on a second call"),
         (TupleData, None, {}, "json", "task.data is not JSON-serialisable"),
-        (NoSuccessInfo, None, {}, "oracle", "info has success='<missing>'"),
+        (
+            NoSuccessInfo,
+            None,
+            {},
+            INFO,
+            "step 0 of an oracle-led episode: info has no \"success\" (keys present: ['won'])",
+        ),
+        (
+            SuccessOnlyAtTheEnd,
+            None,
+            {},
+            INFO,
+            "(train, far), step 0 of an oracle-led episode: info has no \"success\" (keys present: ['moves'])",
+        ),
+        (SplitBlind, None, {}, "disjoint splits", "every problem of test also appears in train"),
         (AliasedKey, None, {}, "state_key", "have equal keys but"),
         (Walk, SilentReflector(), {}, "reflector", "does not name the oracle's action by its exact text"),
         (TooManyActions, None, {"labels": ("A", "B")}, "prompt budget", "offers 3 actions, more than the 2"),
@@ -197,8 +287,50 @@ def test_a_broken_environment_fails_the_check_it_breaks(env, reflector, kwargs, 
     assert statuses(report)[failed] == FAIL, report.lines()
     assert words in detail(report, failed)
     assert [c.name for c in report.failures] == [failed], report.lines()
-    with pytest.raises(EnvContractError, match=failed):
+    with pytest.raises(EnvContractError, match=re.escape(failed)):
         report.raise_for_failures()
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        (
+            RotatingOptions,
+            "at step 0 differ in order between two resets of the same task: ['step right', 'wait', 'step left'] vs "
+            "['wait', 'step left', 'step right']; options must not depend on set/dict iteration order or an unseeded RNG",
+        ),
+        (
+            FlickeringOptions,
+            "at step 0 differ between two resets of the same task: ['step left', 'step right', 'wait'] vs",
+        ),
+        (SetOrderedOptions, "differ in order between this process and a fresh one with PYTHONHASHSEED="),
+    ],
+)
+def test_options_that_change_order_between_replays_of_one_state_fail(env, words):
+    report = check(env)
+    assert statuses(report)["options"] == FAIL, report.lines()
+    assert words in detail(report, "options")
+    assert "task 'walk-train-near-0' (train, near)" in detail(report, "options")
+
+
+def test_options_stay_in_process_for_a_class_a_fresh_process_cannot_import():
+    class Local(Walk):
+        pass
+
+    report = check(Local, hash_seeds=(1,))
+    assert statuses(report)["options"] == PASS
+    assert "not replayed in other processes (the class is not importable" in detail(report, "options")
+
+
+def test_a_random_policy_that_wins_warns_that_the_environment_is_too_easy():
+    report = check(EveryActionHelps)
+    assert statuses(report)["random policy"] == WARN, report.lines()
+    assert report.facts["random_success"] == {"near": 1.0, "far": 1.0}
+    assert detail(report, "random policy").startswith("solves near 100%, far 100% of 50 test tasks per stage")
+    assert "at or above 75%, too easy to show what a trained policy learns" in detail(report, "random policy")
+    few = check(EveryActionHelps, random_episodes=4, random_threshold=1.01)
+    assert statuses(few)["random policy"] == PASS and "of 4 test tasks" in detail(few, "random policy")
+    assert statuses(check(random_episodes=0))["random policy"] == SKIP
 
 
 def test_a_key_with_the_step_counter_never_matches_across_routes():
@@ -239,7 +371,7 @@ def test_repeated_problems_need_an_instance_key_and_overlapping_splits_warn():
 
 def test_later_checks_are_skipped_when_what_they_need_failed():
     report = check(NoSuperInit)
-    assert [c.status for c in report.checks[1:]] == [SKIP] * 11
+    assert [c.status for c in report.checks[1:]] == [SKIP] * 14
 
 
 def test_the_cli_prints_one_line_per_check_and_fails_with_status_1(monkeypatch, capsys):
@@ -250,9 +382,15 @@ def test_the_cli_prints_one_line_per_check_and_fails_with_status_1(monkeypatch, 
     monkeypatch.setitem(_ORACLE_REFLECTORS, "line_world", "_toy_env:LineWorldReflector")
     assert main(["check-env", "line_world", "--tasks", "5"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 13 and out[-1].startswith("line_world: 12 checks, 1 failed")
+    assert len(out) == 16 and out[-1].startswith("line_world: 15 checks, 1 failed")
     assert any(line.startswith("FAIL  instance_key") for line in out)
-    assert main(["check-env", "taxi", "--stages", "pickup", "--tasks", "4"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].endswith("the contract holds")
+    assert main(["check-env", "taxi", "--stages", "pickup", "--tasks", "4", "--random_episodes", "7"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].endswith("the contract holds")
+    assert any(line.startswith("PASS  random policy    solves pickup 0% of 7 test tasks") for line in out), (
+        out
+    )
+    assert main(["check-env", "taxi", "--random_episodes", "-1"]) == 2
+    assert "--random_episodes -1: must be >= 0" in capsys.readouterr().err
     assert main(["check-env", "line_wrld"]) == 2
     assert "did you mean 'line_world'?" in capsys.readouterr().err

@@ -6,13 +6,14 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from reflect_trl.envs.check import ContractReport
+from reflect_trl.envs.check import RANDOM_TOO_EASY, ContractReport
 
 DESCRIPTION = (
     "Check that an environment keeps the contract reflect-trl relies on: the oracle solves every stage of every "
-    "split, tasks are deterministic and JSON-safe, splits are disjoint, instance_key and state_key are meaningful, "
-    "the oracle reflector names the oracle's action, prompts fit the budget. One line per check: PASS, FAIL (what "
-    "and where), WARN or SKIP. Exit status 1 when a check failed (--strict: or warned)."
+    "split, tasks are deterministic and JSON-safe, the options of a state come in one order, info['success'] is set "
+    "on every step, splits are disjoint, instance_key and state_key are meaningful, the oracle reflector names the "
+    "oracle's action, prompts fit the budget; and how often a random policy solves each stage. One line per check: "
+    "PASS, FAIL (what and where), WARN or SKIP. Exit status 1 when a check failed (--strict: or warned)."
 )
 
 
@@ -29,6 +30,13 @@ def check_env_cli(argv: Sequence[str] | None = None) -> ContractReport:
     parser.add_argument("--stages", nargs="+", default=None, help="stages to check (default: all)")
     parser.add_argument(
         "--tasks", type=int, default=20, help="tasks played per split and stage (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--random_episodes",
+        type=int,
+        default=50,
+        help="test tasks per stage played with a uniformly random legal action for the 'random policy' line, which "
+        f"warns at {RANDOM_TOO_EASY * 100:.0f}%% success on a stage (0 skips it; default: %(default)s)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the tasks (default: %(default)s)")
     parser.add_argument(
@@ -54,6 +62,10 @@ def check_env_cli(argv: Sequence[str] | None = None) -> ContractReport:
         stages = parse_list(args.stages, "--stages")
     if args.tasks < 1:
         raise UsageError(f"--tasks {args.tasks}: must be >= 1")
+    if args.random_episodes < 0:
+        raise UsageError(
+            f"--random_episodes {args.random_episodes}: must be >= 0 (0 skips the random policy)"
+        )
     check_env(args.env_name, kwargs, stages, what="NAME")
     if args.tokenizer:
         check_model_path(args.tokenizer, "--tokenizer")
@@ -65,6 +77,7 @@ def check_env_cli(argv: Sequence[str] | None = None) -> ContractReport:
         seed=args.seed,
         tokenizer=args.tokenizer,
         max_prompt_tokens=args.max_prompt_tokens,
+        random_episodes=args.random_episodes,
     )
     for line in report.lines():
         print(line)

@@ -12,13 +12,20 @@ not what you want) or ``SKIP`` (not applicable, e.g. no ``state_key``). The chec
                      task, the same episode
 ``json``             ``task.data`` survives JSON (RL stores its tasks as JSON) and replays the same episode
 ``reset/step``       ``reset`` starts a clean episode (``t == 0``, not ``done``, an :class:`Observation` with distinct
-                     legal actions); ``step`` returns the gymnasium 5-tuple, counts ``t``, sets ``done``, sets
-                     ``info["success"]`` (a bool) on the last step, and refuses a step after the end
+                     legal actions); ``step`` returns the gymnasium 5-tuple, counts ``t``, sets ``done`` and refuses
+                     a step after the end
+``options``          the same task and action sequence offer the same legal actions in the same order at every step:
+                     after a second reset of one instance, in a fresh instance, and in fresh processes with other
+                     ``PYTHONHASHSEED`` values (set iteration order of strings changes from process to process)
+``info["success"]``  ``info["success"]`` is a bool on every step (oracle-led and random episodes), not only the last
 ``oracle``           the oracle solves every task of every split and stage within the horizon
+``random policy``    the success rate of a uniformly random legal action on ``random_episodes`` test tasks per stage;
+                     a warning when a stage reaches ``RANDOM_TOO_EASY`` (75 %): too easy to tell policies apart
 ``clone``            ``clone()`` is independent of the original (the data builder tries mistakes on clones)
 ``disjoint splits``  no problem of ``train`` appears in ``validation`` or ``test`` (nor of ``validation`` in
-                     ``test``; a warning: a stage may have too few problems to split); two tasks pose the same
-                     problem when the oracle plays them identically
+                     ``test``); two tasks pose the same problem when the oracle plays them identically. Some shared
+                     problems are a warning (a stage may have too few problems to split); a split all of whose
+                     problems appear in another is a failure (the splits are not split)
 ``instance_key``     tasks that pose the same problem share a key (else held-out intervals are too narrow when
                      tasks repeat); the default key (``task_id``) is fine only while no task repeats another
 ``state_key``        hashable; equal after two different routes to one state (so: free of history and step count);
@@ -34,6 +41,11 @@ not what you want) or ``SKIP`` (not applicable, e.g. no ``state_key``). The chec
 from __future__ import annotations
 
 import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -53,6 +65,24 @@ from reflect_trl.envs.check_base import (
 )
 from reflect_trl.envs.check_semantics import SemanticChecks
 
+#: ``check-env``'s random-policy line warns when a uniformly random legal action solves this share of some stage's
+#: test episodes: a trained policy then has too little room above chance to show anything (the scaffold's easiest
+#: stage, a curriculum warm-up, is solved about half the time at random; a hand-written game that random play
+#: solved 95-100 % taught nothing).
+RANDOM_TOO_EASY = 0.75
+#: ``PYTHONHASHSEED`` values of the processes that replay the options (the check compares them with this process).
+HASH_SEEDS = (1, 2)
+_OPTIONS_HINT_ORDER = (
+    "options must not depend on set/dict iteration order or an unseeded RNG (build them in a fixed order)"
+)
+_OPTIONS_HINT_SET = (
+    "the same task and actions must offer the same options (randomness that comes neither from task.seed nor "
+    "from the reset seed)"
+)
+
+
+INFO = 'info["success"]'
+
 
 class _Checker(SemanticChecks):
     def __init__(
@@ -67,8 +97,14 @@ class _Checker(SemanticChecks):
         max_prompt_tokens: int,
         walks: int,
         labels: Sequence[str],
+        random_episodes: int = 50,
+        random_threshold: float = RANDOM_TOO_EASY,
+        target: tuple[str, dict[str, Any]] | None = None,
+        hash_seeds: Sequence[int] = HASH_SEEDS,
     ) -> None:
         self.make, self.name, self.n, self.seed = make, name, n_tasks, seed
+        self.random_episodes, self.random_threshold = random_episodes, random_threshold
+        self.target, self.hash_seeds = target, tuple(hash_seeds)
         self.wanted_stages = list(stages) if stages else None
         self.reflector, self.tokenizer = reflector, tokenizer
         self.max_prompt_tokens, self.walks, self.labels = max_prompt_tokens, walks, tuple(labels)
@@ -86,7 +122,10 @@ class _Checker(SemanticChecks):
             ("deterministic", self.check_deterministic, ("make_tasks",)),
             ("json", self.check_json, ("make_tasks",)),
             ("reset/step", self.check_reset_step, ("make_tasks",)),
-            ("oracle", self.check_oracle, ("reset/step",)),
+            ("options", self.check_options, ("reset/step",)),
+            (INFO, self.check_info, ("reset/step",)),
+            ("oracle", self.check_oracle, ("reset/step", INFO)),
+            ("random policy", self.check_random_policy, ("reset/step", INFO)),
             ("clone", self.check_clone, ("reset/step",)),
             ("disjoint splits", self.check_disjoint, ("oracle",)),
             ("instance_key", self.check_instance_key, ("oracle",)),
@@ -277,6 +316,179 @@ class _Checker(SemanticChecks):
             raise _Failed(f"step(): {'; '.join(problems)} ({where})")
         return PASS, "reset starts a clean episode; step returns the gymnasium 5-tuple and counts t"
 
+    # -- options: the same state, the same list ----------------------------------------------------------------
+    def _options_tasks(self) -> list[tuple[str, Task]]:
+        """The first task of every split and stage."""
+        return [(split, tasks[0]) for (split, _), tasks in self.tasks.items() if tasks]
+
+    def _options_walk(
+        self, env: TextEnv, task: Task, rng: random.Random
+    ) -> tuple[list[list[str]], list[int]]:
+        """A seeded walk of ``task`` (the oracle's action half of the time, else a random one): the legal actions at
+        every decision point and the actions taken."""
+        obs = env.reset(seed=task.seed, task=task)
+        lists, taken = [list(obs.actions)], []
+        while len(taken) <= 2 * max(env.horizon, 1):
+            action = rng.randrange(len(obs.actions))
+            if rng.random() < 0.5:
+                try:
+                    oracle = env.oracle_action()
+                except Exception:  # the oracle check reports it
+                    oracle = None
+                if isinstance(oracle, int) and 0 <= oracle < len(obs.actions):
+                    action = oracle
+            obs, _, terminated, truncated, _ = env.step(action)
+            taken.append(action)
+            if terminated or truncated:
+                break
+            lists.append(list(obs.actions))
+        return lists, taken
+
+    @staticmethod
+    def _compare_options(
+        first: list[list[str]], second: list[list[str]], where: str, between: str, hint: str
+    ) -> None:
+        for step, (a, b) in enumerate(zip(first, second, strict=False)):
+            if a != b:
+                in_order = sorted(a) == sorted(b)
+                raise _Failed(
+                    f"{where}: the actions at step {step} differ{' in order' if in_order else ''} between {between}: "
+                    f"{a} vs {b}; {hint if in_order else _OPTIONS_HINT_SET}"
+                )
+
+    def check_options(self) -> tuple[str, str]:
+        rng = random.Random(f"{self.seed}/options")
+        walks = []
+        for split, task in self._options_tasks():
+            where = f"task {task.task_id!r} ({split}, {task.difficulty})"
+            env = self._fresh()
+            lists, taken = self._options_walk(env, task, rng)
+            again, _ = _replay_options(env, task, taken)
+            self._compare_options(lists, again, where, "two resets of the same task", _OPTIONS_HINT_ORDER)
+            fresh, _ = _replay_options(self._fresh(), task, taken)
+            self._compare_options(
+                lists, fresh, where, "two instances playing the same task", _OPTIONS_HINT_ORDER
+            )
+            walks.append((split, task, taken, lists))
+        steps = sum(len(lists) for *_, lists in walks)
+        detail = f"{len(walks)} tasks x {steps} decision points: the same options in the same order after a second reset and in a fresh instance"
+        note = self._options_in_processes(walks)
+        return PASS, detail + note
+
+    def _options_in_processes(self, walks: list[tuple[str, Task, list[int], list[list[str]]]]) -> str:
+        """Replay the walks in fresh processes with other ``PYTHONHASHSEED`` values; raises on a difference, returns
+        a note on what was compared (or why not)."""
+        if not self.hash_seeds:
+            return ""
+        if self.target is None:
+            return "; not replayed in other processes (the class is not importable by its module path)"
+        target, kwargs = self.target
+        try:
+            payload = json.dumps(
+                {"target": target, "kwargs": kwargs, "walks": [[t.to_dict(), a] for _, t, a, _ in walks]}
+            )
+        except (TypeError, ValueError):
+            return "; not replayed in other processes (env_kwargs or task.data are not JSON)"
+        environ = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        code = "from reflect_trl.envs.check import _replay_options_main; _replay_options_main()"
+        runs = []
+        for seed in self.hash_seeds:
+            with tempfile.TemporaryFile(
+                "w+", encoding="utf-8"
+            ) as request:  # each process its own file offset
+                request.write(payload)
+                request.seek(0)
+                runs.append(
+                    (
+                        seed,
+                        subprocess.Popen(
+                            [sys.executable, "-c", code],
+                            stdin=request,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            text=True,
+                            env={**environ, "PYTHONHASHSEED": str(seed)},
+                        ),
+                    )
+                )
+        replayed: dict[int, list[list[list[str]]]] = {}
+        problem = ""
+        for seed, proc in runs:  # the processes run side by side
+            if problem:
+                proc.kill()
+                proc.communicate()
+                continue
+            try:
+                out, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                out, err = "", "it took over 120 s"
+            if proc.returncode != 0 or not out.strip():
+                problem = f"PYTHONHASHSEED={seed}: {(err.strip().splitlines() or ['no output'])[-1]}"
+            else:
+                replayed[seed] = json.loads(out.strip().splitlines()[-1])
+        if problem:
+            return f"; not replayed in other processes ({problem})"
+        for seed, lists_of_walks in replayed.items():
+            for (split, task, _, lists), other in zip(walks, lists_of_walks, strict=True):
+                where = f"task {task.task_id!r} ({split}, {task.difficulty})"
+                self._compare_options(
+                    lists,
+                    other,
+                    where,
+                    f"this process and a fresh one with PYTHONHASHSEED={seed}",
+                    "options must not depend on set iteration order (string hashes change from process to process: "
+                    "data built in one process and RL in another would label the options differently) or an "
+                    "unseeded RNG; build them in a fixed order (e.g. sorted)",
+                )
+        return f", and in fresh processes with PYTHONHASHSEED={', '.join(map(str, self.hash_seeds))}"
+
+    # -- info["success"] on every step ---------------------------------------------------------------------------
+    def check_info(self) -> tuple[str, str]:
+        rng = random.Random(f"{self.seed}/info")
+        episodes = steps = 0
+        for stage in self.stages:
+            task = self.tasks[("train", stage)][0]
+            for policy in ("oracle-led", "random", "random"):
+                env = self._fresh()
+                obs = env.reset(seed=task.seed, task=task)
+                episodes += 1
+                for step in range(10 * max(env.horizon, 1) + 1):
+                    where = f"task {task.task_id!r} (train, {stage}), step {step} of a{'n' if policy[0] == 'o' else ''} {policy} episode"
+                    action = rng.randrange(len(obs.actions))
+                    if policy == "oracle-led":
+                        try:
+                            oracle = env.oracle_action()
+                        except Exception:  # the oracle check reports it
+                            oracle = None
+                        if isinstance(oracle, int) and 0 <= oracle < len(obs.actions):
+                            action = oracle
+                    try:
+                        obs, _, terminated, truncated, info = env.step(action)
+                    except Exception as err:
+                        raise _Failed(_raised(f"step({action}) at {where}", err)) from err
+                    steps += 1
+                    if not isinstance(info, dict) or "success" not in info:
+                        keys = sorted(info) if isinstance(info, dict) else f"info is a {type(info).__name__}"
+                        raise _Failed(
+                            f'{where}: info has no "success" (keys present: {keys}); set info["success"] to a bool '
+                            "explicitly on every step, not only the last (False until the task is solved)"
+                        )
+                    if not isinstance(info["success"], bool):
+                        raise _Failed(
+                            f'{where}: info["success"] is {info["success"]!r} (a {type(info["success"]).__name__}); '
+                            "it must be a bool (bool(...))"
+                        )
+                    if terminated or truncated:
+                        break
+                else:
+                    raise _Failed(f"{where}: the episode never ends (set truncated at self.horizon)")
+        return (
+            PASS,
+            f'info["success"] is a bool on all {steps} steps of {episodes} oracle-led and random episodes',
+        )
+
     def _play(self, split: str, task: Task, env: TextEnv, record_checks: bool = False) -> _Played:
         obs = env.reset(seed=task.seed, task=task)
         observations, actions, rewards = [obs], [], []
@@ -364,6 +576,44 @@ class _Checker(SemanticChecks):
             f"{min(lengths)}-{max(lengths)} steps (horizon {env.horizon}); episodes replay identically"
         )
 
+    # -- the random policy's success ----------------------------------------------------------------------------
+    def check_random_policy(self) -> tuple[str, str]:
+        if self.random_episodes < 1:
+            return SKIP, "random_episodes is 0"
+        env = self._fresh()
+        rates: dict[str, float] = {}
+        for stage in self.stages:
+            tasks = env.make_tasks("test", self.random_episodes, seed=self.seed, difficulty=stage)
+            rng = random.Random(f"{self.seed}/random policy/{stage}")
+            wins = 0
+            for task in tasks:
+                obs = env.reset(seed=task.seed, task=task)
+                info: dict[str, Any] = {}
+                for step in range(10 * max(env.horizon, 1) + 1):
+                    action = rng.randrange(len(obs.actions))
+                    where = f"task {task.task_id!r} (test, {stage}) at step {step}"
+                    try:
+                        obs, _, terminated, truncated, info = env.step(action)
+                    except Exception as err:
+                        raise _Failed(_raised(f"the legal action {action} on {where}", err)) from err
+                    if terminated or truncated:
+                        break
+                else:
+                    raise _Failed(f"{where}: a random episode never ends (set truncated at self.horizon)")
+                wins += info.get("success") is True
+            rates[stage] = wins / len(tasks)
+        self.report.facts["random_success"] = rates
+        solved = ", ".join(f"{stage} {rate:.0%}" for stage, rate in rates.items())
+        detail = f"solves {solved} of {self.random_episodes} test tasks per stage, a uniformly random legal action each step"
+        easy = [stage for stage, rate in rates.items() if rate >= self.random_threshold]
+        if easy:
+            return WARN, (
+                f"{detail}: {easy} at or above {self.random_threshold:.0%}, too easy to show what a trained policy "
+                "learns (little room between chance and the oracle); make the stage harder (a longer way to the goal, "
+                "more options, actions that end the episode in failure, a horizon closer to the oracle's steps)"
+            )
+        return PASS, detail
+
     def check_clone(self) -> tuple[str, str]:
         played = self.played[0] if self.played else None
         split, task = (played.split, played.task) if played else next(self._all_tasks())
@@ -393,6 +643,15 @@ class _Checker(SemanticChecks):
         overlaps = []
         for a, b in (("train", "test"), ("train", "validation"), ("validation", "test")):
             shared = sorted(set(by_split[a]) & set(by_split[b]))
+            if shared and len(shared) == len(by_split[b]):
+                pa, pb = by_split[a][shared[0]], by_split[b][shared[0]]
+                raise _Failed(
+                    f"every problem of {b} also appears in {a}: all {len(shared)} distinct problems of the {b} tasks "
+                    f"played, over {len(self.stages)} stage(s) (e.g. {pa.where()} = {pb.where()}): {b} success would "
+                    "measure memorisation only. make_tasks must give each split its own problems: derive task seeds "
+                    "with split_seed(seed, split, i) and assign every problem to one split (e.g. by a stable hash of "
+                    "its content, see examples/lock_puzzle)"
+                )
             if shared:
                 pa, pb = by_split[a][shared[0]], by_split[b][shared[0]]
                 overlaps.append(
@@ -408,6 +667,37 @@ class _Checker(SemanticChecks):
         return PASS, "no problem is shared by train, validation and test (among the tasks played)"
 
 
+def _replay_options(env: TextEnv, task: Task, actions: Sequence[int]) -> tuple[list[list[str]], bool]:
+    """The legal actions at every decision point of ``actions`` played on ``task`` (and whether it ended)."""
+    obs = env.reset(seed=task.seed, task=task)
+    lists = [list(obs.actions)]
+    for action in actions:
+        if not 0 <= action < len(obs.actions):
+            return lists, False
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            return lists, True
+        lists.append(list(obs.actions))
+    return lists, False
+
+
+def _replay_options_main() -> None:
+    """The other process of the ``options`` check: reads ``{"target", "kwargs", "walks"}`` (JSON) from stdin, prints
+    the legal actions of every walk (JSON)."""
+    import importlib
+
+    request = json.loads(sys.stdin.read())
+    module, _, qualname = request["target"].partition(":")
+    cls: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    out = [
+        _replay_options(cls(**request["kwargs"]), Task.from_dict(task), actions)[0]
+        for task, actions in request["walks"]
+    ]
+    print(json.dumps(out))
+
+
 def check_env_contract(
     env: str | type[TextEnv],
     env_kwargs: dict[str, Any] | None = None,
@@ -420,12 +710,17 @@ def check_env_contract(
     max_prompt_tokens: int = 1024,
     walks: int = 6,
     labels: Sequence[str] | None = None,
+    random_episodes: int = 50,
+    random_threshold: float = RANDOM_TOO_EASY,
+    hash_seeds: Sequence[int] = HASH_SEEDS,
 ) -> ContractReport:
     """Check the contract of an environment (a registered name, or a :class:`TextEnv` subclass) and return the report.
 
     ``n_tasks`` tasks per split and stage are played with the oracle; ``reflector`` defaults to the environment's
     registered oracle reflector (skipped when it has none); ``tokenizer`` (a loaded tokenizer, or a path) counts
-    prompt tokens, else they are estimated. ``report.ok`` is False when a check failed;
+    prompt tokens, else they are estimated. ``random_episodes`` test tasks per stage are played with a uniformly
+    random legal action (0: skip), a warning at ``random_threshold`` success on some stage. ``hash_seeds``: the
+    ``PYTHONHASHSEED`` values of the fresh processes that replay the options (empty: none). ``report.ok`` is False when a check failed;
     ``report.raise_for_failures()`` raises :class:`EnvContractError` listing them (for your tests)."""
     from reflect_trl.prompts import DEFAULT_LABELS
 
@@ -452,8 +747,27 @@ def check_env_contract(
         max_prompt_tokens,
         walks,
         labels or DEFAULT_LABELS,
+        random_episodes=random_episodes,
+        random_threshold=random_threshold,
+        target=_importable(cls, kwargs),
+        hash_seeds=hash_seeds,
     )
     return checker.run()
 
 
-__all__ = ["CHARS_PER_TOKEN", "Check", "ContractReport", "EnvContractError", "check_env_contract"]
+def _importable(cls: type, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``("module:Qual.Name", kwargs)`` when a fresh process can import ``cls`` by its module path, else None."""
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return None
+    return f"{cls.__module__}:{cls.__qualname__}", kwargs
+
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "HASH_SEEDS",
+    "RANDOM_TOO_EASY",
+    "Check",
+    "ContractReport",
+    "EnvContractError",
+    "check_env_contract",
+]
