@@ -28,13 +28,14 @@ DEMO_DIR ?= outputs/demo$(if $(filter-out taxi,$(ENV)),_$(ENV))$(if $(filter-out
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install install-extras test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce bench gpu-check gpu-wheels clean
+.PHONY: help install install-extras test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce readme bench gpu-check gpu-wheels clean
 
 help:
 	@echo "make install          create $(VENV), torch 2.13 first, then reflect-trl[dev] (CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
 	@echo "make test             default test suite (no slow tests)"
 	@echo "make demo             the whole method end to end on tiny models -> outputs/demo/ (ENV=auto_explore -> outputs/demo_auto_explore/)"
 	@echo "make reproduce        the demo for SEEDS (default 0-4): pooled table + comparisons -> outputs/reproduce/<env>-<protocol>/ (PROTOCOL=strict|paper)"
+	@echo "make readme          render the README's results tables from docs/results/*/summary.json (ARGS=--check)"
 	@echo "make tiny             build the tiny offline models under models/"
 	@echo "make data ENV=taxi    SFT datasets with negative examples -> data/<env>/"
 	@echo "make sft ROLE=policy|reflection|plain ENV=taxi    SFT warm-up (recipe $(RECIPES)/sft_<role>.yaml)"
@@ -112,6 +113,10 @@ demo:
 SEEDS ?= 0 1 2 3 4
 reproduce:
 	$(PY) -m reflect_trl.cli reproduce --env_name $(ENV) --seeds $(SEEDS) --protocol $(PROTOCOL) $(ARGS)
+
+# the README's results tables, rendered from the summaries committed under docs/results/ (ARGS=--check: compare only)
+readme:
+	$(PY) -m reflect_trl.cli readme $(ARGS)
 
 bench:
 	$(PY) benchmarks/rollout_throughput.py $(ARGS)

@@ -501,3 +501,29 @@ def test_random_action_prob_overrides_the_protocols_trajectories(tmp_path):
     paper, half = oracle_share(None), oracle_share(0.5)
     assert 0.17 < paper < 0.33, paper  # 0.1 + 0.9 / 6 = 0.25
     assert 0.50 < half < 0.67, half  # 0.5 + 0.5 / 6 = 0.58
+
+
+def test_the_demo_reports_unseen_instances_beside_all():
+    """A single seed's results say which share of each row's episodes replays a training instance, and the success
+    on the others."""
+    from reflect_trl.pipelines.demo import exposure_of_results, results_markdown
+
+    result = {
+        "configuration": "Reflect-RL",
+        "stage": "full",
+        "decoding": "greedy",
+        "episodes": 4,
+        "successes": 3,
+        "outcomes": [1, 1, 1, 0],
+        "instances": ["a", "a", "b", "c"],
+    }
+    (exposure,) = exposure_of_results([result], {"full": {"a"}})
+    assert exposure["seen_share"] == 0.5
+    assert exposure["unseen"] == {"successes": 1, "episodes": 2, "instances": 2, "success_rate": 0.5}
+    summary = {
+        "config": {"seed": 0, "model_arch": "llama", "model_preset": "nano", "env_name": "taxi"},
+        "timings_seconds": {},
+        "total_seconds": 60,
+        "exposure": [exposure],
+    }
+    assert "| Reflect-RL | greedy | full | 50.0% | 2 | 50% |" in results_markdown(summary, "")

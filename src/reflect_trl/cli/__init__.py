@@ -64,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the demo for several seeds: pooled held-out table, paired comparisons, plots",
         "reflect_trl.cli.reproduce:reproduce_cli",
     ),
+    "readme": (
+        "render the README's results tables from their committed summaries (docs/results/); --check compares",
+        "reflect_trl.cli.readme:readme_cli",
+    ),
 }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +13,7 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from reflect_trl.cli.demo import parse_demo_overrides
     from reflect_trl.config_lists import parse_int_list
 
+    argv = list(sys.argv[2:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="reflect-trl reproduce",
         description="The demo pipeline for several seeds, pooled held-out evaluation and paired comparisons "
@@ -74,4 +77,9 @@ def reproduce_cli(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rerun=args.rerun,
         demo_overrides=overrides,
     )
+    # the command that regenerates this summary, with its own output folder
+    recorded = [a for a in argv if a not in ("--rerun", "--no-progress")]
+    if args.output_dir is None:
+        recorded += ["--output_dir", str(config.out)]
+    config.command = shlex.join(["reflect-trl", "reproduce", *recorded])
     return run_reproduce(config)

@@ -1,20 +1,23 @@
 """``make reproduce``: the demo pipeline for several seeds, pooled held-out evaluation and paired comparisons.
 
 Each seed runs the whole method (:func:`reflect_trl.pipelines.demo.run_demo`): the tiny models' initialisation, the generated
-data, SFT, RL sampling and the held-out evaluation tasks all change with the seed. The results of every seed are
-then pooled:
+data, SFT, RL sampling and the evaluation tasks all change with the seed. The results of every seed are then pooled
+(:mod:`reflect_trl.pipelines.statistics` says how):
 
-* **rows** -- one per (configuration, stage, decoding): the pooled successes / episodes with a 95 % Wilson interval
-  (over distinct instances, see below), and the success rate of every seed;
-* **comparisons** -- for the pairs worth stating (Reflect-RL against every other row) and every stage, the difference
-  of the pooled success rates with a 95 % interval from a **paired bootstrap over problem instances, stratified by
-  seed**: within one seed every configuration plays the same tasks with the same episode seeds, so the per-task
-  outcomes of two configurations are paired; each bootstrap replicate resamples the distinct instances of every seed
-  (``TextEnv.instance_key``: held-out tasks can repeat an instance, e.g. DangerousTaxi's ``dropoff`` stage has 12 start
-  states) with replacement, each with all its episodes (the seeds themselves are kept), and recomputes the pooled
-  difference; the interval is the 2.5 / 97.5 percentiles. The rows' Wilson intervals likewise count distinct
-  instances, not episodes. The per-seed differences are listed too: an interval over instances says nothing about
-  another training seed, so a claim should also hold on every seed.
+* **rows** -- one per (configuration, stage, decoding): the pooled successes / episodes with a 95 % bootstrap interval
+  over training seeds and problem instances, the success rate of every seed, and -- where the seeds' training
+  instances are known -- ``seen_share`` (the share of the `test` episodes whose problem instance some SFT or RL task
+  of the same seed posed: the splits hold out *task seeds*, and an environment with few instances, like
+  DangerousTaxi's `dropoff` with 12 start states, repeats training instances) and ``unseen`` (the success on the
+  other episodes, with its own interval);
+* **comparisons** -- for the pairs worth stating (Reflect-RL against every other row, ...) and every stage, the
+  difference of the pooled success rates a - b with a 95 % interval from a **paired bootstrap** (within one seed every
+  configuration plays the same tasks with the same episode seeds, so the per-episode outcomes are paired): each
+  replicate resamples the seeds and the problem instances (crossed with the seeds where instances repeat across
+  seeds), each instance with all its episodes. Beside it, a **t interval over the per-seed differences** (with five
+  seeds a percentile bootstrap under-covers), the per-seed differences themselves, and the same comparison on the
+  unseen instances (``unseen``). A claim should hold under both intervals, on every seed, on unseen instances, and on
+  another set of seeds.
 
 Outputs under ``outputs/reproduce/<env>-<protocol>/``: ``summary.json`` (seeds, rows, comparisons, per-seed timings), ``results.md``
 (the configuration x stage table, the comparisons, per-seed spread, wall times, the machine), ``success_by_seed.png``
@@ -35,7 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from reflect_trl.pipelines.protocols import configuration_rows, rl_steps_of
-from reflect_trl.pipelines.statistics import compare, pool_rows, restrict_to_unseen, training_instances
+from reflect_trl.pipelines.statistics import (
+    attach_unseen,
+    compare,
+    pool_rows,
+    restrict_to_unseen,
+    training_instances,
+)
 
 #: Pairs also compared across decodings: a under each decoding against b under b's best decoding (per stage).
 VERSUS_BEST: tuple[tuple[str, str], ...] = (
@@ -83,6 +92,7 @@ class ReproduceConfig:
     jobs: int = 0
     rerun: bool = False  # False: a seed whose finished run has the same demo configuration is reused
     demo_overrides: dict[str, Any] = field(default_factory=dict)
+    command: str | None = None  # the command line that ran it (summary.json, the README's blocks)
 
     @property
     def protocol(self) -> str:
@@ -293,17 +303,26 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
         held_out = (
             f"{first.eval_split} episodes whose instance no training task of the seed posed (SFT or RL)"
         )
+    resamples = config.bootstrap_resamples
+    rows = pool_rows(per_seed_results, training, min(resamples, 2_000))
+    comparisons = compare(per_seed_results, COMPARISONS, decodings, resamples, VERSUS_BEST)
+    unseen_results = restrict_to_unseen(per_seed_results, training)
+    attach_unseen(
+        rows,
+        comparisons,
+        pool_rows(unseen_results, None, min(resamples, 2_000)),
+        compare(unseen_results, COMPARISONS, decodings, resamples, VERSUS_BEST),
+    )
     summary = {
         "protocol": first.protocol,
         "rl_steps": rl_steps_of(first),  # resolved: the demo config keeps None for "the protocol's own"
         "env_name": config.env_name,
         "seeds": list(config.seeds),
+        "command": config.command,
         "split": first.eval_split,
         "held_out": held_out,
-        "rows": pool_rows(per_seed_results, training, min(config.bootstrap_resamples, 2_000)),
-        "comparisons": compare(
-            per_seed_results, COMPARISONS, decodings, config.bootstrap_resamples, VERSUS_BEST
-        ),
+        "rows": rows,
+        "comparisons": comparisons,
         "per_seed": {
             str(seed): {
                 "total_seconds": s["total_seconds"],
@@ -370,7 +389,7 @@ def _stage_grid(chosen: Sequence[Mapping[str, Any]], cell: Callable[[Mapping[str
 
 
 def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
-    """Markdown: configurations x stages, pooled success [95 % two-level bootstrap] and the per-seed rates ("–": a
+    """Markdown: configurations x stages, pooled success [95 % bootstrap over seeds and instances] and the per-seed rates ("–": a
     seed with no episode in the row)."""
 
     def cell(r: Mapping[str, Any]) -> str:
@@ -381,29 +400,49 @@ def results_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
 
 
 def exposure_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
-    """Markdown: configurations x stages, success on held-out instances seen in training / unseen ("" without)."""
+    """Markdown: configurations x stages, the success on unseen instances [95 % interval] (distinct instances) and
+    the share of the row's episodes on instances a training task of the seed posed ("" without the split)."""
     chosen = [r for r in rows if r["decoding"] == decoding and "seen" in r]
     if not chosen:
         return ""
 
-    def part(p: Mapping[str, Any]) -> str:
-        return f"{_pct(p['success_rate'])} % ({p['instances']})" if p["success_rate"] is not None else "– (0)"
+    def cell(r: Mapping[str, Any]) -> str:
+        unseen, share = r["unseen"], r.get("seen_share")
+        seen = f"; {100 * share:.0f} % seen" if share is not None else ""
+        if unseen["success_rate"] is None:
+            return f"– (0 instances){seen}"
+        interval = f" [{_pct(unseen['ci_low'])}, {_pct(unseen['ci_high'])}]" if "ci_low" in unseen else ""
+        return f"{_pct(unseen['success_rate'])} %{interval} ({unseen['instances']} instances){seen}"
 
-    return _stage_grid(chosen, lambda r: f"{part(r['seen'])} / {part(r['unseen'])}")
+    return _stage_grid(chosen, cell)
 
 
 def comparisons_table(comparisons: Sequence[Mapping[str, Any]], decoding: str) -> str:
-    """Markdown: the comparisons of ``decoding`` (b under another decoding named where it differs)."""
-    lines = ["| a − b | stage | difference [95 % CI] | per seed | seeds agree |", "|---|---|---|---|---|"]
+    """Markdown: the comparisons of ``decoding`` (b under another decoding named where it differs): the difference
+    with its bootstrap and t intervals, per seed, and on unseen instances."""
+    lines = [
+        "| a − b | stage | difference [95 % bootstrap] | t over seeds | per seed | seeds agree | unseen instances |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def t(c: Mapping[str, Any]) -> str:
+        return "–" if c.get("t_low") is None else f"[{100 * c['t_low']:+.1f}, {100 * c['t_high']:+.1f}]"
+
     for c in comparisons:
         if c["decoding"] != decoding:
             continue
         per_seed = " / ".join("–" if d is None else f"{100 * d:+.0f}" for d in c["per_seed_diff"])
         b = c["b"] if c.get("decoding_b", decoding) == decoding else f"{c['b']} ({c['decoding_b']}, its best)"
+        u = c.get("unseen")
+        unseen = (
+            "–"
+            if u is None
+            else f"{100 * u['diff']:+.1f} [{100 * u['ci_low']:+.1f}, {100 * u['ci_high']:+.1f}], t {t(u)}"
+        )
         lines.append(
             f"| {c['a']} − {b} | {c['stage']} | {100 * c['diff']:+.1f} pts "
-            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {per_seed} | "
-            f"{'yes' if c.get('seeds_agree', True) else 'no'} |"
+            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {t(c)} | {per_seed} | "
+            f"{'yes' if c.get('seeds_agree', True) else 'no'} | {unseen} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -442,9 +481,9 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
         + (f" ({summary['rl_steps']} RL steps)" if summary.get("rl_steps") else "")
         + f", seeds {', '.join(map(str, seeds))}\n",
         f"Held-out `{split}` episodes pooled over {len(seeds)} seeds ({', '.join(map(str, sorted(episodes)))} per "
-        f"cell; {summary.get('held_out', f'all {split} episodes')}); success rate with a 95 % interval from a two-level "
-        "bootstrap (the training seeds, then the distinct problem instances within each seed), then each seed's "
-        "rate in parentheses.\n",
+        f"cell; {summary.get('held_out', f'all {split} episodes')}); success rate with a 95 % interval from a "
+        "bootstrap over the training seeds and the distinct problem instances, then each seed's rate in "
+        "parentheses.\n",
     ]
     stage_instances = {r["stage"]: (r.get("instances", r["episodes"]), r["episodes"]) for r in rows}
     repeated = [f"`{stage}` {n} of {m}" for stage, (n, m) in stage_instances.items() if n < m]
@@ -455,8 +494,10 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
     for decoding in dict.fromkeys(r["decoding"] for r in rows):
         parts += [f"## {decoding} decoding\n", results_table(rows, decoding)]
         parts += [
-            "Differences of pooled success rates, 95 % paired two-level bootstrap (seeds, then instances within "
-            "each seed); 'seeds agree' is no when the per-seed differences change sign:\n",
+            "Differences of pooled success rates: a paired bootstrap over seeds and instances (instances crossed "
+            "with seeds where they repeat across seeds) and a t interval over the per-seed differences, both 95 %; "
+            "'seeds agree' is no when the per-seed differences change sign; the last column is the same comparison "
+            "on the instances no training task of the seed posed:\n",
             comparisons_table(summary["comparisons"], decoding),
         ]
         diagnostics = diagnostics_table(rows, decoding)
@@ -470,9 +511,9 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
         exposure = exposure_table(rows, decoding)
         if exposure:
             parts += [
-                "Held-out episodes whose problem instance was also a training task of the seed (seen) / the others "
-                "(unseen): success rate (distinct instances, summed over seeds). The splits hold out task seeds; an "
-                "environment with few instances repeats training instances in its held-out splits.\n",
+                "Success on the unseen instances (no SFT or RL task of the seed posed them) and the share of the "
+                "row's episodes on seen ones. The splits hold out task seeds, not instances; an environment with few "
+                "instances repeats training instances in its evaluation split.\n",
                 exposure,
             ]
     step_names = _step_names(summary)

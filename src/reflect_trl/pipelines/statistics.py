@@ -1,19 +1,62 @@
 """The statistics of ``reflect-trl reproduce``: pooling several training seeds' held-out results, intervals that include
-the seed-to-seed variance (a two-level bootstrap: the seeds, then the problem instances within each seed), paired
-comparisons of configurations (also at the other one's best decoding), and the training instances of a seed (to split
-held-out episodes into seen / unseen)."""
+the seed-to-seed variance, paired comparisons of configurations (also at the other one's best decoding), and the
+training instances of a seed (to split held-out episodes into seen / unseen).
+
+Intervals (95 %):
+
+* **bootstrap** (:func:`hierarchical_bootstrap`), percentile interval of the pooled mean. The seeds are resampled with
+  replacement, and so are the problem instances (``TextEnv.instance_key``; one instance keeps all its episodes):
+  *nested* (each drawn seed's own instances) when every seed has instances of its own, *crossed* (one draw of the
+  instances, applied to every drawn seed: the pigeonhole bootstrap of a seed x instance design) when instance keys
+  repeat across seeds, as DangerousTaxi's ``dropoff`` does (the same 12 start states under every seed): resampling them
+  per seed would count one start state as independent evidence five times.
+* **t over seeds** (:func:`t_interval`): mean of the per-seed values +- t_{0.975, S-1} s / sqrt(S). With few seeds a
+  percentile bootstrap over them under-covers (it cannot be wider than the seeds' range); the t interval is the
+  conservative companion, and a claim should hold under both.
+"""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from reflect_trl.seeding import derive_seed
+
+#: t_{0.975, df} for df = 1..30 (two-sided 95 %); larger df use the normal quantile's Cornish-Fisher correction.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t_quantile_975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        raise ValueError(f"t quantile: df must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def t_interval(values: Sequence[float | None]) -> tuple[float, float] | None:
+    """95 % t interval of the mean of ``values`` (one per training seed; ``None`` entries are left out): mean +-
+    t_{0.975, n-1} s / sqrt(n). ``None`` with fewer than two values."""
+    xs = [float(v) for v in values if v is not None]
+    if len(xs) < 2:
+        return None
+    mean = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    half = t_quantile_975(len(xs) - 1) * sd / math.sqrt(len(xs))
+    return mean - half, mean + half
 
 
 # ------------------------------------------------------------------------------------------------- statistics
-def _outcomes_by_exposure(
+def outcomes_by_exposure(
     cells: Sequence[Mapping[str, Any]], seen: Sequence[set[str] | None]
 ) -> dict[str, dict[str, Any]] | None:
     """The outcomes of one row's cells (one per seed) split by whether the episode's instance was also among that
@@ -81,7 +124,7 @@ def pool_rows(
         rate = successes / episodes
         _, low, high = hierarchical_bootstrap(
             [list(c["outcomes"]) for c in cells],
-            [list(c.get("instances") or range(len(c["outcomes"]))) for c in cells],
+            [_instance_keys(c, i) for i, c in enumerate(cells)],
             resamples,
             # seeded by the row itself: its interval does not depend on which other rows the summary has
             seed=derive_seed("row", configuration, stage, decoding),
@@ -105,10 +148,18 @@ def pool_rows(
             }
         )
         if training is not None:
-            exposure = _outcomes_by_exposure(cells, [training.get(seed, {}).get(stage) for seed in seeds])
+            exposure = outcomes_by_exposure(cells, [training.get(seed, {}).get(stage) for seed in seeds])
             if exposure is not None:
                 rows[-1].update(exposure)
     return rows
+
+
+def _instance_keys(result: Mapping[str, Any], seed_index: int) -> list:
+    """The instance key of every episode of one seed's result; without recorded instances every episode is its own
+    instance (keys that cannot repeat across seeds)."""
+    if result.get("instances"):
+        return list(result["instances"])
+    return [(seed_index, i) for i in range(len(result["outcomes"]))]
 
 
 def _sum_counts(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -155,10 +206,11 @@ def hierarchical_bootstrap(
     seed: int = 0,
 ) -> tuple[float, float, float]:
     """Pooled mean of ``values[s][i]`` (episode i of training seed s) and its 95 % percentile interval from a
-    two-level bootstrap that includes the seed-to-seed variance: each replicate draws the training seeds with
-    replacement, then, within every drawn seed, its distinct problem instances (``instances[s][i]``; None: every
-    episode its own) with replacement, each with all its episodes, and recomputes the pooled mean. With one seed it
-    reduces to the bootstrap over instances."""
+    bootstrap that includes the seed-to-seed variance (module docstring): each replicate draws the training seeds with
+    replacement and the problem instances (``instances[s][i]``; None: every episode its own) with replacement, each
+    with all its episodes, and recomputes the pooled mean. Instances are drawn within each drawn seed (nested) when no
+    instance key occurs under two seeds, and once for all seeds (crossed) when keys repeat across seeds. Seeds without
+    episodes are left out; with one seed it reduces to the bootstrap over instances."""
     if not values:
         raise ValueError("no seeds to pool")
     per_seed = []
@@ -166,11 +218,30 @@ def hierarchical_bootstrap(
         keys = list(instances[s]) if instances is not None else list(range(len(vals)))
         if len(keys) != len(vals):
             raise ValueError(f"seed index {s}: {len(keys)} instance keys for {len(vals)} outcomes")
-        per_seed.append(_clusters(vals, keys))
-    total = sum(n for c in per_seed for _, n in c)
+        if vals:
+            per_seed.append(_cluster_map(vals, keys if instances is not None else [(s, i) for i in keys]))
+    total = sum(n for c in per_seed for _, n in c.values())
     if total == 0:
         raise ValueError("no outcomes to pool")
-    point = sum(a for c in per_seed for a, _ in c) / total
+    point = sum(a for c in per_seed for a, _ in c.values()) / total
+    shared = len(per_seed) > 1 and sum(len(c) for c in per_seed) > len(set().union(*per_seed))
+    if shared:
+        replicates = _crossed_replicates(per_seed, resamples, seed)
+    else:
+        replicates = _nested_replicates([list(c.values()) for c in per_seed], resamples, seed)
+    replicates.sort()
+    return point, replicates[int(0.025 * (resamples - 1))], replicates[int(round(0.975 * (resamples - 1)))]
+
+
+def _cluster_map(outcomes: Sequence[int | float], keys: Sequence[Any]) -> dict[Any, tuple[float, int]]:
+    """Instance key -> (sum of outcomes, number of episodes) of one seed."""
+    return {
+        k: (float(a), n) for k, (a, n) in zip(dict.fromkeys(keys), _clusters(outcomes, keys), strict=True)
+    }
+
+
+def _nested_replicates(per_seed: list[list[tuple[float, int]]], resamples: int, seed: int) -> list[float]:
+    """Seeds with replacement, then each drawn seed's own instances with replacement."""
     rng = random.Random(seed)
     replicates = []
     for _ in range(resamples):
@@ -182,8 +253,31 @@ def hierarchical_bootstrap(
                 acc += a
                 size += n
         replicates.append(acc / size if size else 0.0)
-    replicates.sort()
-    return point, replicates[int(0.025 * (resamples - 1))], replicates[int(round(0.975 * (resamples - 1)))]
+    return replicates
+
+
+def _crossed_replicates(
+    per_seed: list[dict[Any, tuple[float, int]]], resamples: int, seed: int, chunk: int = 1_000
+) -> list[float]:
+    """Seeds with replacement and, independently, the union of the instance keys with replacement: an instance
+    drawn m times counts m times under every drawn seed that played it (sum of outcomes A[s, k], episodes N[s, k])."""
+    keys = list(dict.fromkeys(k for c in per_seed for k in c))
+    column = {k: j for j, k in enumerate(keys)}
+    sums = np.zeros((len(per_seed), len(keys)))
+    counts = np.zeros((len(per_seed), len(keys)))
+    for s, clusters in enumerate(per_seed):
+        for k, (a, n) in clusters.items():
+            sums[s, column[k]], counts[s, column[k]] = a, n
+    rng = np.random.default_rng(seed)
+    out: list[float] = []
+    for start in range(0, resamples, chunk):
+        r = min(chunk, resamples - start)
+        seed_draws = rng.multinomial(len(per_seed), [1 / len(per_seed)] * len(per_seed), size=r)
+        key_draws = rng.multinomial(len(keys), [1 / len(keys)] * len(keys), size=r)
+        acc = ((seed_draws @ sums) * key_draws).sum(1)
+        size = ((seed_draws @ counts) * key_draws).sum(1)
+        out += np.divide(acc, size, out=np.zeros_like(acc), where=size > 0).tolist()
+    return out
 
 
 def paired_bootstrap_difference(
@@ -228,9 +322,6 @@ def compare(
                 return r
         return None
 
-    def instances(r: Mapping[str, Any]) -> list:
-        return list(r.get("instances") or range(len(r["outcomes"])))
-
     def pooled(configuration: str, stage: str, decoding: str) -> float:
         cells = [row(s, configuration, stage, decoding) for s in seeds]
         if any(c is None for c in cells):
@@ -257,13 +348,14 @@ def compare(
             if any(r is None for r in ra + rb) or not any(r["outcomes"] for r in ra):
                 continue  # a missing row, or no held-out episode left (restrict_to_unseen)
             oa, ob = [list(r["outcomes"]) for r in ra], [list(r["outcomes"]) for r in rb]
-            keys = [instances(r) for r in ra]
-            if keys != [instances(r) for r in rb]:
+            keys = [_instance_keys(r, i) for i, r in enumerate(ra)]
+            if keys != [_instance_keys(r, i) for i, r in enumerate(rb)]:
                 raise ValueError(f"{a!r} and {b!r} did not play the same instances of stage {stage!r}")
             # seeded by the comparison itself: its interval does not depend on which other pairs are compared
             seed = derive_seed("comparison", a, decoding_a, b, chosen_b, stage)
             diff, low, high = paired_bootstrap_difference(oa, ob, resamples, seed=seed, instances=keys)
             per_seed_diff = [(sum(x) - sum(y)) / len(x) if x else None for x, y in zip(oa, ob, strict=True)]
+            t = t_interval(per_seed_diff)
             out.append(
                 {
                     "a": a,
@@ -274,10 +366,14 @@ def compare(
                     "diff": diff,
                     "ci_low": low,
                     "ci_high": high,
+                    "t_low": t[0] if t else None,
+                    "t_high": t[1] if t else None,
                     "per_seed_diff": per_seed_diff,
                     "seeds_agree": len({d > 0 for d in per_seed_diff if d}) <= 1,
-                    "method": f"paired two-level bootstrap: seeds, then problem instances within each seed "
-                    f"({resamples} resamples)",
+                    "episodes": sum(len(x) for x in oa),
+                    "method": f"paired bootstrap over seeds and problem instances ({resamples} resamples; "
+                    "instances crossed with seeds where they repeat across seeds); t interval over the per-seed "
+                    "differences",
                 }
             )
     return out
@@ -306,3 +402,49 @@ def restrict_to_unseen(
                 }
             )
     return out
+
+
+def attach_unseen(
+    rows: list[dict[str, Any]],
+    comparisons: list[dict[str, Any]],
+    unseen_rows: Sequence[Mapping[str, Any]],
+    unseen_comparisons: Sequence[Mapping[str, Any]],
+) -> None:
+    """Put the results on unseen instances (:func:`pool_rows` / :func:`compare` of :func:`restrict_to_unseen`'s
+    results) beside those on all held-out episodes, in place: each row's ``unseen`` gets its interval and per-seed
+    rates, and ``seen_share`` (the share of its episodes whose instance a training task of the seed posed); each
+    comparison gets ``unseen`` (diff, both intervals, per-seed differences, episodes) and ``seen_share``. A stage
+    without unseen episodes keeps ``unseen`` without a rate (rows) or gets ``"unseen": None`` (comparisons)."""
+    by_row = {(r["configuration"], r["stage"], r["decoding"]): r for r in unseen_rows}
+    for row in rows:
+        if "unseen" not in row:
+            continue
+        row["seen_share"] = row["seen"]["episodes"] / row["episodes"] if row["episodes"] else None
+        match = by_row.get((row["configuration"], row["stage"], row["decoding"]))
+        if match is not None:
+            row["unseen"].update(
+                ci_low=match["ci_low"], ci_high=match["ci_high"], per_seed=list(match["per_seed"])
+            )
+    keys = ("a", "b", "stage", "decoding", "decoding_b")
+    by_comparison = {tuple(c[k] for k in keys): c for c in unseen_comparisons}
+    for c in comparisons:
+        match = by_comparison.get(tuple(c[k] for k in keys))
+        unseen_episodes = match["episodes"] if match is not None else 0
+        c["seen_share"] = 1.0 - unseen_episodes / c["episodes"] if c.get("episodes") else None
+        c["unseen"] = (
+            None
+            if match is None
+            else {
+                k: match[k]
+                for k in (
+                    "diff",
+                    "ci_low",
+                    "ci_high",
+                    "t_low",
+                    "t_high",
+                    "per_seed_diff",
+                    "seeds_agree",
+                    "episodes",
+                )
+            }
+        )

@@ -1,0 +1,169 @@
+"""README results tables rendered from committed summaries, so that a README number cannot drift from its run.
+
+A results block of ``README.md`` is the text between a marker and its end marker::
+
+    <!-- results: docs/results/taxi-strict/summary.json table -->
+    ... rendered ...
+    <!-- /results -->
+
+The kind after the path is ``table`` (configurations x stages: success on all `test` episodes and on unseen
+instances) or ``comparisons`` (the headline differences a - b with both intervals, per seed and on unseen instances).
+``reflect-trl readme`` re-renders every block from its ``summary.json`` (the schema ``reflect-trl reproduce``
+writes); ``--check`` only compares and exits 1 when the README disagrees with a summary (the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+BLOCK = re.compile(
+    r"(?P<open><!-- results: (?P<path>\S+) (?P<kind>table|comparisons) -->\n)(?P<body>.*?)(?P<close><!-- /results -->)",
+    re.S,
+)
+
+#: The comparisons a README states, in this order (a, b); each under every decoding of the summary that has it.
+HEADLINE_COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("Reflect SFT (before RL)", "SFT only"),
+    ("Reflect-RL", "SFT + RL w/o reflection"),
+    ("Reflect-RL", "Reflect SFT (before RL)"),
+    ("Reflect-RL", "Reflect-RL w/o negative examples"),
+    ("Reflect-RL", "Reflect-RL w/o curriculum"),
+    ("Reflect-RL, reflections sampled in RL", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both players learn", "Reflect SFT (before RL)"),
+    ("Reflect-RL, only the reflection learns", "Reflect-RL, reflections sampled in RL"),
+    ("Reflect SFT (before RL)", "oracle + random (the data's behaviour, no training)"),
+    ("Reflect-RL", "follows its reflection (no policy training)"),
+)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def _pts(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}"
+
+
+def _stages(summary: Mapping[str, Any]) -> list[str]:
+    return list(dict.fromkeys(r["stage"] for r in summary["rows"]))
+
+
+def _rate_cell(rate: float | None, low: float | None, high: float | None) -> str:
+    if rate is None:
+        return "–"
+    if low is None or high is None:
+        return f"{_pct(rate)} %"
+    return f"{_pct(rate)} % [{_pct(low)}, {_pct(high)}]"
+
+
+def render_table(summary: Mapping[str, Any]) -> str:
+    """Configurations x stages: the success rate [95 % bootstrap interval] on all `test` episodes and on the unseen
+    instances, one line per (configuration, decoding), then the share of episodes on trained instances."""
+    stages = _stages(summary)
+    rows = {(r["configuration"], r["decoding"], r["stage"]): r for r in summary["rows"]}
+    order = list(dict.fromkeys((r["decoding"], r["configuration"]) for r in summary["rows"]))
+    header = ["configuration", "decoding"] + [f"{s}{part}" for s in stages for part in ("", " (unseen)")]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (2 * len(stages))]
+    for decoding, configuration in order:
+        cells = [configuration, decoding]
+        for stage in stages:
+            r = rows.get((configuration, decoding, stage))
+            if r is None:
+                cells += ["", ""]
+                continue
+            unseen = r.get("unseen") or {}
+            cells.append(_rate_cell(r["success_rate"], r["ci_low"], r["ci_high"]))
+            cells.append(_rate_cell(unseen.get("success_rate"), unseen.get("ci_low"), unseen.get("ci_high")))
+        lines.append("| " + " | ".join(cells) + " |")
+    line = "| *`test` episodes on trained instances* | |"
+    for stage in stages:
+        share = next((r.get("seen_share") for r in summary["rows"] if r["stage"] == stage), None)
+        line += f" {_pct(share)} % | |" if share is not None else " – | |"
+    lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _difference(c: Mapping[str, Any] | None) -> str:
+    if c is None:
+        return "–"
+    t = f"; t [{_pts(c['t_low'])}, {_pts(c['t_high'])}]" if c.get("t_low") is not None else ""
+    agree = "" if c.get("seeds_agree", True) else ", seeds disagree"
+    return f"{_pts(c['diff'])} [{_pts(c['ci_low'])}, {_pts(c['ci_high'])}{t}]{agree}"
+
+
+def render_comparisons(
+    summary: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = HEADLINE_COMPARISONS
+) -> str:
+    """The headline differences a - b in points: the pooled difference [95 % bootstrap; 95 % t over seeds] on all
+    `test` episodes, then on unseen instances ("–": the stage has none), per (pair, decoding) and stage."""
+    stages = _stages(summary)
+    same = [c for c in summary["comparisons"] if c.get("decoding_b", c["decoding"]) == c["decoding"]]
+    by = {(c["a"], c["b"], c["decoding"], c["stage"]): c for c in same}
+    decodings = list(dict.fromkeys(c["decoding"] for c in same))
+    lines = [
+        "| a − b | decoding | episodes | " + " | ".join(stages) + " |",
+        "|---|---|---|" + "---|" * len(stages),
+    ]
+    for a, b in pairs:
+        for decoding in decodings:
+            found = [by.get((a, b, decoding, stage)) for stage in stages]
+            if not any(found):
+                continue
+            for part, label in (("all", "all `test`"), ("unseen", "unseen")):
+                cells = [_difference(c if part == "all" else (c or {}).get("unseen")) for c in found]
+                lines.append(f"| {a} − {b} | {decoding} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_block(summary: Mapping[str, Any], kind: str, path: str) -> str:
+    """One README block: the table (or the comparisons) and the command that regenerates its summary."""
+    body = render_table(summary) if kind == "table" else render_comparisons(summary)
+    seeds = ", ".join(map(str, summary["seeds"]))
+    command = summary.get("command")
+    note = f"\n<sub>Rendered by `make readme` from [`{path}`]({path}) (seeds {seeds}); " + (
+        f"regenerate it with `{command}`, then copy its `summary.json` there.</sub>\n"
+        if command
+        else "</sub>\n"
+    )
+    return body + note
+
+
+def load_summary(path: Path) -> dict[str, Any]:
+    """A committed summary, with a clear error naming the file when it is missing or lacks a field."""
+    try:
+        summary = json.loads(path.read_text())
+    except OSError as err:
+        raise FileNotFoundError(
+            f"{path}: cannot read the summary a README block names ({err.strerror})"
+        ) from err
+    except ValueError as err:
+        raise ValueError(f"{path}: not JSON ({err})") from err
+    missing = [k for k in ("env_name", "protocol", "seeds", "rows", "comparisons") if k not in summary]
+    if missing:
+        raise ValueError(
+            f"{path}: a summary without {', '.join(missing)} (written by reflect-trl reproduce?)"
+        )
+    return summary
+
+
+def render_readme(text: str, root: Path) -> str:
+    """``text`` with every results block re-rendered from its summary (paths relative to ``root``)."""
+
+    def replace(match: re.Match) -> str:
+        summary = load_summary(root / match["path"])
+        return match["open"] + render_block(summary, match["kind"], match["path"]) + match["close"]
+
+    return BLOCK.sub(replace, text)
+
+
+def stale_blocks(text: str, root: Path) -> list[str]:
+    """The ``path kind`` of every results block of ``text`` that differs from its rendering."""
+    return [
+        f"{m['path']} {m['kind']}"
+        for m in BLOCK.finditer(text)
+        if m["body"] != render_block(load_summary(root / m["path"]), m["kind"], m["path"])
+    ]

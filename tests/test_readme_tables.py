@@ -1,0 +1,156 @@
+"""The README's results tables are rendered from committed summaries (``reflect-trl readme``): a README that differs
+from its ``docs/results/*/summary.json`` fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from reflect_trl.cli import main
+from reflect_trl.pipelines.readme_tables import (
+    BLOCK,
+    load_summary,
+    render_comparisons,
+    render_readme,
+    render_table,
+    stale_blocks,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _summary() -> dict:
+    def row(conf, stage, decoding, rate, unseen_rate):
+        return {
+            "configuration": conf,
+            "stage": stage,
+            "decoding": decoding,
+            "success_rate": rate,
+            "ci_low": rate - 0.05,
+            "ci_high": rate + 0.05,
+            "seen_share": 0.3 if stage == "pickup" else 1.0,
+            "seen": {"episodes": 3},
+            "unseen": (
+                {"success_rate": unseen_rate, "ci_low": unseen_rate - 0.1, "ci_high": unseen_rate + 0.1}
+                if unseen_rate is not None
+                else {"success_rate": None}
+            ),
+        }
+
+    comparison = {
+        "a": "Reflect SFT (before RL)",
+        "b": "SFT only",
+        "stage": "pickup",
+        "decoding": "greedy",
+        "decoding_b": "greedy",
+        "diff": 0.377,
+        "ci_low": 0.30,
+        "ci_high": 0.45,
+        "t_low": 0.28,
+        "t_high": 0.475,
+        "per_seed_diff": [0.3, 0.4],
+        "seeds_agree": True,
+        "unseen": {
+            "diff": 0.2,
+            "ci_low": -0.01,
+            "ci_high": 0.4,
+            "t_low": -0.1,
+            "t_high": 0.5,
+            "seeds_agree": False,
+        },
+    }
+    return {
+        "env_name": "taxi",
+        "protocol": "strict",
+        "seeds": [0, 1],
+        "command": "reflect-trl reproduce --seeds 0 1 --output_dir outputs/reproduce/x",
+        "rows": [
+            row("SFT only", "pickup", "greedy", 0.149, 0.12),
+            row("SFT only", "dropoff", "greedy", 0.035, None),
+            row("Reflect SFT (before RL)", "pickup", "greedy", 0.525, 0.5),
+            row("Reflect SFT (before RL)", "dropoff", "greedy", 0.786, None),
+        ],
+        "comparisons": [comparison, {**comparison, "stage": "dropoff", "unseen": None}],
+    }
+
+
+def test_table_shows_all_and_unseen_and_the_seen_share():
+    table = render_table(_summary())
+    assert "| configuration | decoding | pickup | pickup (unseen) | dropoff | dropoff (unseen) |" in table
+    assert (
+        "| Reflect SFT (before RL) | greedy | 52.5 % [47.5, 57.5] | 50.0 % [40.0, 60.0] | 78.6 % [73.6, 83.6] | – |"
+        in table
+    )
+    assert "| *`test` episodes on trained instances* | | 30.0 % | | 100.0 % | |" in table
+
+
+def test_comparisons_give_both_intervals_and_the_unseen_difference():
+    text = render_comparisons(_summary())
+    assert (
+        "| Reflect SFT (before RL) − SFT only | greedy | all `test` | +37.7 [+30.0, +45.0; t [+28.0, +47.5]] |"
+        in text
+    )
+    assert (
+        "| Reflect SFT (before RL) − SFT only | greedy | unseen | +20.0 [-1.0, +40.0; t [-10.0, +50.0]], seeds disagree | – |"
+        in text
+    )
+
+
+def test_a_changed_readme_number_is_stale_and_rendering_restores_it(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "summary.json").write_text(json.dumps(_summary()))
+    skeleton = "# x\n<!-- results: docs/summary.json table -->\nold\n<!-- /results -->\ntext after\n"
+    rendered = render_readme(skeleton, tmp_path)
+    assert "52.5 % [47.5, 57.5]" in rendered and rendered.endswith("<!-- /results -->\ntext after\n")
+    assert "`reflect-trl reproduce --seeds 0 1 --output_dir outputs/reproduce/x`" in rendered
+    assert stale_blocks(rendered, tmp_path) == []
+    drifted = rendered.replace("52.5 %", "53.5 %")
+    assert stale_blocks(drifted, tmp_path) == ["docs/summary.json table"]
+    readme = tmp_path / "README.md"
+    readme.write_text(drifted)
+    assert main(["readme", "--readme", str(readme), "--check"]) == 1
+    assert main(["readme", "--readme", str(readme)]) == 0
+    assert readme.read_text() == rendered
+    assert main(["readme", "--readme", str(readme), "--check"]) == 0
+
+
+def test_a_missing_or_incomplete_summary_is_named(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results: docs/none.json table -->\n<!-- /results -->\n")
+    assert main(["readme", "--readme", str(readme)]) == 1
+    assert "docs/none.json" in capsys.readouterr().err
+    (tmp_path / "half.json").write_text(json.dumps({"env_name": "taxi", "rows": []}))
+    with pytest.raises(ValueError, match=r"half.json: a summary without protocol, seeds, comparisons"):
+        load_summary(tmp_path / "half.json")
+
+
+def test_the_readme_matches_its_committed_summaries():
+    """Every results table of the README is rendered from a committed summary; each names the command (with its
+    own --output_dir) that regenerates it."""
+    text = (REPO / "README.md").read_text()
+    blocks = list(BLOCK.finditer(text))
+    assert blocks, "the README has no results block"
+    assert stale_blocks(text, REPO) == [], "README results differ from docs/results: run `make readme`"
+    outputs = {}
+    for block in blocks:
+        assert block["path"].startswith("docs/results/")
+        summary = load_summary(REPO / block["path"])
+        assert {"env_name", "protocol", "seeds", "rows", "comparisons"} <= set(summary)
+        for c in summary["comparisons"]:
+            assert {
+                "a",
+                "b",
+                "stage",
+                "decoding",
+                "diff",
+                "ci_low",
+                "ci_high",
+                "per_seed_diff",
+                "unseen",
+            } <= set(c)
+        [out] = re.findall(r"--output_dir (\S+)", summary["command"])
+        outputs.setdefault(out, set()).add(block["path"])
+    assert all(len(paths) == 1 for paths in outputs.values()), f"summaries share an output folder: {outputs}"
