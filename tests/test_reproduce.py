@@ -237,7 +237,12 @@ def test_reproduce_smoke_two_seeds(tmp_path):
     for row in on_disk["rows"]:  # held-out episodes split by whether the instance was a training task
         assert row["seen"]["episodes"] + row["unseen"]["episodes"] == row["episodes"]
         assert row["seen"]["successes"] + row["unseen"]["successes"] == row["successes"]
-    assert "(unseen)" in md and exposure_table(on_disk["rows"], "greedy") in md
+    assert "Success on the unseen instances" in md and exposure_table(on_disk["rows"], "greedy") in md
+    # beside every comparison: the share on trained instances and the unseen comparison
+    for c in on_disk["comparisons"]:
+        assert 0.0 <= c["seen_share"] <= 1.0 and (c["unseen"] is None or "t_low" in c["unseen"])
+        assert "t_low" in c and "episodes" in c
+    assert on_disk["command"] is None  # run_reproduce called directly; the CLI records its command line
     assert (tmp_path / "success_by_seed_greedy.png").is_file()
     from reflect_trl.pipelines.demo import demo_jobs, job_label
 
@@ -457,3 +462,17 @@ def test_results_name_the_split_they_were_measured_on():
         md = results_markdown({**summary, **split_field})
         assert "Held-out `validation` episodes" in md and "`test`" not in md
     assert "Held-out `test` episodes" in results_markdown(summary)  # summaries written before the field
+
+
+def test_the_cli_records_the_command_that_regenerates_the_summary(monkeypatch):
+    """summary.json names the command that regenerates it, always with its own --output_dir (the README's blocks
+    print it)."""
+    import reflect_trl.pipelines.reproduce as reproduce_module
+    from reflect_trl.cli.reproduce import reproduce_cli
+
+    seen = {}
+    monkeypatch.setattr(reproduce_module, "run_reproduce", lambda config: seen.setdefault("config", config))
+    reproduce_cli(["--seeds", "0", "1", "--protocol", "paper", "--rerun"])
+    assert seen["config"].command == (
+        "reflect-trl reproduce --seeds 0 1 --protocol paper --output_dir outputs/reproduce/taxi-paper"
+    )
