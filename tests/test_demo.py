@@ -506,7 +506,8 @@ def test_random_action_prob_overrides_the_protocols_trajectories(tmp_path):
 def test_the_demo_reports_unseen_instances_beside_all():
     """A single seed's results say which share of each row's episodes replays a training instance, and the success
     on the others."""
-    from reflect_trl.pipelines.demo import exposure_of_results, results_markdown
+    from reflect_trl.pipelines.demo import results_markdown
+    from reflect_trl.pipelines.statistics import exposure_of_results
 
     result = {
         "configuration": "Reflect-RL",

@@ -35,7 +35,7 @@ from reflect_trl.pipelines.protocols import (
     rl_stages_of,
     rl_steps_of,
 )
-from reflect_trl.pipelines.statistics import outcomes_by_exposure, training_instances
+from reflect_trl.pipelines.statistics import exposure_of_results, training_instances
 
 
 @dataclass
@@ -488,26 +488,6 @@ def _finish(cfg: DemoConfig, progress, report, paths, plots, runs: Path, out: Pa
         f"  wandb offline : {len(wandb_dirs)} run dir(s) under {runs}/*/wandb (upload with `wandb sync <dir>`)"
     )
     return summary
-
-
-def exposure_of_results(results: list[dict[str, Any]], training: dict[str, set[str]]) -> list[dict[str, Any]]:
-    """Per result: the share of its episodes whose problem instance an SFT or RL task of this run posed, and the
-    success on the others (the splits hold out task seeds, not instances)."""
-    out = []
-    for r in results:
-        split = outcomes_by_exposure([r], [training.get(r["stage"], set())])
-        if split is None:
-            continue
-        out.append(
-            {
-                "configuration": r["configuration"],
-                "stage": r["stage"],
-                "decoding": r["decoding"],
-                "seen_share": split["seen"]["episodes"] / r["episodes"] if r["episodes"] else None,
-                "unseen": split["unseen"],
-            }
-        )
-    return out
 
 
 def _exposure_markdown(exposure: list[dict[str, Any]]) -> str:

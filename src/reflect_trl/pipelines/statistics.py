@@ -84,6 +84,26 @@ def outcomes_by_exposure(
     return out
 
 
+def exposure_of_results(results: list[dict[str, Any]], training: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Per result: the share of its episodes whose problem instance an SFT or RL task of this run posed, and the
+    success on the others (the splits hold out task seeds, not instances)."""
+    out = []
+    for r in results:
+        split = outcomes_by_exposure([r], [training.get(r["stage"], set())])
+        if split is None:
+            continue
+        out.append(
+            {
+                "configuration": r["configuration"],
+                "stage": r["stage"],
+                "decoding": r["decoding"],
+                "seen_share": split["seen"]["episodes"] / r["episodes"] if r["episodes"] else None,
+                "unseen": split["unseen"],
+            }
+        )
+    return out
+
+
 def pool_rows(
     per_seed: Mapping[int, Sequence[Mapping[str, Any]]],
     training: Mapping[int, Mapping[str, set[str]]] | None = None,
