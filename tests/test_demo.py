@@ -528,3 +528,50 @@ def test_the_demo_reports_unseen_instances_beside_all():
         "exposure": [exposure],
     }
     assert "| Reflect-RL | greedy | full | 50.0% | 2 | 50% |" in results_markdown(summary, "")
+
+
+def test_the_reflection_reward_arms_and_their_controls_are_configurations(tmp_path):
+    """Every arm of the reflection's own reward names its reward in its label and its command line; the controls share
+    the Reflect SFT policy; the label-matched SFT starts from the SFT'd reflection, after the verified run it
+    matches, at the reflection's RL learning rate; runs of other settings keep their command lines."""
+    from reflect_trl.pipelines.protocols import LABEL_MATCHED_TO, demo_jobs
+
+    names = [
+        "reflect_sft",
+        "both_learn",
+        "both_learn_verified",
+        "both_learn_mixed",
+        "reflection_learns_verified",
+        "reflection_dagger",
+        "reflection_label_matched",
+    ]
+    cfg = DemoConfig(configurations=names, rl_reflection_verified_weight=0.25)
+    labels = {n: CONFIGURATIONS[n].label for n in names}
+    assert "verified" in labels["both_learn_verified"] and "verified" in labels["reflection_learns_verified"]
+    assert "mixed" in labels["both_learn_mixed"]
+    for control in ("reflection_dagger", "reflection_label_matched", "reflection_learns_verified"):
+        assert CONFIGURATIONS[control].policy == "sft_policy"
+    jobs = {j.name: j for j in demo_jobs(cfg, tmp_path / "base", tmp_path / "data", tmp_path / "runs")}
+
+    def value(job: str, flag: str) -> str | None:
+        argv = jobs[job].argv
+        return argv[argv.index(flag) + 1] if flag in argv else None
+
+    assert value("rl_both_verified", "--reflection_reward") == "verified"
+    assert value("rl_both_mixed", "--reflection_reward") == "mixed"
+    assert value("rl_both_mixed", "--reflection_verified_weight") == "0.25"
+    assert value("rl_reflection_only_verified", "--train_policy") == "false"
+    assert value("rl_reflection_dagger", "--reflection_objective") == "oracle_sft"
+    assert value("rl_reflection_dagger", "--reflection_reward") is None
+    assert value("rl_both", "--reflection_reward") is None, "the advantage arm keeps its command line"
+    matched = jobs["sft_reflection_label_matched"]
+    assert set(matched.needs) >= {"sft_reflection", LABEL_MATCHED_TO}
+    assert value("sft_reflection_label_matched", "--match_oracle_labels_of") == str(
+        tmp_path / "runs" / LABEL_MATCHED_TO
+    )
+    assert value("sft_reflection_label_matched", "--model_name_or_path") == str(
+        tmp_path / "runs" / "sft_reflection"
+    )
+    assert float(value("sft_reflection_label_matched", "--learning_rate")) == cfg.rl_reflection_learning_rate
+    assert value("sft_reflection_label_matched", "--lr_scheduler_type") == "constant"
+    assert needed_runs(cfg).index(LABEL_MATCHED_TO) < needed_runs(cfg).index("sft_reflection_label_matched")

@@ -63,3 +63,18 @@ def test_launch_passes_cpu_threads_to_accelerate():
     """accelerate prints a notice when it picks the CPU threads itself."""
     assert "--num_cpu_threads_per_process 3" in make_dry_run("rl", "CPU_THREADS=3")
     assert re.search(r"--num_cpu_threads_per_process \d+ ", make_dry_run("rl"))
+
+
+def test_bring_your_own_model_section_runs_the_shipped_pieces():
+    """The oracle requirement comes first; the commands name the real-model target, recipes and entry points that
+    exist; the activation line and the measured summary are there."""
+    text = section("Bring your own model and environment")
+    assert text.index("oracle") < text.index("```bash")
+    block = re.findall(r"```bash\n(.*?)```", text, re.S)[0]
+    for recipe in re.findall(r"--config (\S+\.yaml)", block):
+        assert (REPO / recipe).is_file(), recipe
+    assert {"data", "sft", "rl"} <= set(re.findall(r"reflect-trl (\w+) --config", block))
+    for target in re.findall(r"\bmake ([a-z-]+)", block):
+        make_dry_run(target, "RECIPES=recipes/taxi")
+    assert "benchmarks/real_model_steps.py" in text and "not yet run on a GPU" in text
+    assert "source .venv/bin/activate" in README

@@ -14,6 +14,7 @@ from reflect_trl.pipelines.readme_tables import (
     BLOCK,
     load_summary,
     render_comparisons,
+    render_naming,
     render_readme,
     render_table,
     stale_blocks,
@@ -97,6 +98,32 @@ def test_comparisons_give_both_intervals_and_the_unseen_difference():
         "| Reflect SFT (before RL) − SFT only | greedy | unseen | +20.0 [-1.0, +40.0; t [-10.0, +50.0]], seeds disagree | – |"
         in text
     )
+
+
+def test_naming_rates_give_both_rates_and_the_difference_with_its_t_interval():
+    summary = _summary()
+    summary["reflection_naming"] = [
+        {
+            "a": "Reflect-RL, both learn (verified reward)",
+            "b": "Reflect SFT (before RL)",
+            "stage": stage,
+            "decoding": decoding,
+            "rate_a": 0.8,
+            "rate_b": 0.67,
+            "diff": 0.13,
+            "t_low": 0.05,
+            "t_high": 0.21,
+        }
+        for stage in ("pickup", "full")
+        for decoding in ("greedy", "sampled")
+    ]
+    text = render_naming(summary)
+    assert text.splitlines()[0] == "| a − b | pickup | full |"
+    assert (
+        "| Reflect-RL, both learn (verified reward) − Reflect SFT (before RL) | 80.0 − 67.0 = +13.0 [t +5.0, +21.0] "
+        "| 80.0 − 67.0 = +13.0 [t +5.0, +21.0] |" in text
+    )
+    assert len(text.splitlines()) == 3, "one line per pair, greedy only"
 
 
 def test_a_changed_readme_number_is_stale_and_rendering_restores_it(tmp_path):

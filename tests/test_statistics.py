@@ -10,6 +10,7 @@ import pytest
 from reflect_trl.pipelines.statistics import (
     attach_unseen,
     compare,
+    compare_naming_rates,
     hierarchical_bootstrap,
     paired_bootstrap_difference,
     pool_rows,
@@ -115,3 +116,28 @@ def test_a_stage_without_unseen_episodes_has_no_unseen_comparison():
     attach_unseen(rows, comparisons, pool_rows(unseen, None, 100), compare(unseen, pairs, ("greedy",), 100))
     assert comparisons[0]["unseen"] is None and comparisons[0]["seen_share"] == 1.0
     assert all(r["seen_share"] == 1.0 and r["unseen"]["success_rate"] is None for r in rows)
+
+
+def test_optimal_naming_rates_are_compared_per_seed_with_a_t_interval():
+    def row(configuration, right, known):
+        return {
+            "configuration": configuration,
+            "stage": "full",
+            "decoding": "greedy",
+            "diagnostics": {"named_right": right, "known": known},
+        }
+
+    per_seed = {
+        0: [row("a", 8, 10), row("b", 5, 10)],
+        1: [row("a", 12, 20), row("b", 10, 20)],
+        2: [row("a", 9, 10), row("b", 8, 10)],
+    }
+    (c,) = compare_naming_rates(per_seed, [("a", "b")])
+    assert c["per_seed_diff"] == pytest.approx([0.3, 0.1, 0.1])
+    assert c["rate_a"] == pytest.approx(29 / 40) and c["rate_b"] == pytest.approx(23 / 40)
+    assert c["diff"] == pytest.approx(6 / 40)
+    mean, sd = 0.5 / 3, (((0.3 - 0.5 / 3) ** 2 + 2 * (0.1 - 0.5 / 3) ** 2) / 2) ** 0.5
+    half = 4.302652729911275 * sd / 3**0.5  # t_{0.975, 2}
+    assert (c["t_low"], c["t_high"]) == pytest.approx((mean - half, mean + half), rel=1e-3)
+    per_seed[1][1]["diagnostics"] = {}  # a row without known optimal moves: no comparison
+    assert compare_naming_rates(per_seed, [("a", "b")]) == []

@@ -55,13 +55,33 @@ normalised per turn (a long reflection weighs as much as a short one):
                                                                           for the exact sum)
   and the total gains 1/N sum_t [L^R_t + beta_R KL^R_t] (the same N as the policy's turns).
 
+  Which advantage A^R_t the reflection's tokens get (``reflection_reward``, :func:`reflection_advantages`):
+
+* ``advantage`` — the policy's turn advantage, A^R_t = A_t (the reflection learns from what the policy's move earned);
+* ``verified`` — a reward of the reflection's own, checked against the environment's oracle
+  (:func:`verified_reflection_rewards`): with m_t the move the reflection names (``prompts.recommended_action``) and
+  O_t the optimal moves of the state (``TextEnv.optimal_actions``),
+      v_t = 1 if m_t in O_t,   0 if m_t names another legal move,   -c if it names none    (c: ``no_move_penalty``)
+  made group-relative over the reflections sampled at the same state of the same task (GiGPO's anchor states,
+  :func:`state_group_advantages`):
+      A^V_t = (v_t - mean_{u in S(t)} v_u) / F_S       S(t): the task's turns whose state key equals t's
+  and, for a state sampled once, the rollout's mean and std over all its reflections in place of the group's
+  (``reflection_verified_grouping: state``); or GiGPO's two levels (``task_and_state``,
+  :func:`task_and_state_advantages`): A^V_t = (v_t - mean_{task} v) / F_T + A_S(t), A_S as above but 0 for a state
+  sampled once -- a state whose sampled reflections all agree still learns how its reward compares with the task's;
+* ``mixed`` — A^R_t = (1 - w) A_t + w A^V_t (w: ``verified_weight``).
+
+* ``oracle_sft`` (``reflection_objective``, a control): no advantage -- the reflection is trained by supervised
+  fine-tuning, at the states the current pair visits, towards the oracle reflector's text z_t (DAgger):
+      L^S_t = -1/|z_t| sum_j log phi(z_j | x_t, z_<j)
+
 Diagnostics: approx KL(old || new) = mean((r_t - 1) - log r_t); clip fraction = share of turns whose ratio left
 [1 - eps_low, 1 + eps_high]; explained variance = 1 - Var(R - V) / Var(R).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -399,6 +419,112 @@ def reflection_token_losses(
     return ReflectionLosses(
         (surrogate * mask).sum(-1) / n, kl, (ratio * mask).sum(-1) / n, (clipped * mask).sum(-1) / n
     )
+
+
+#: ``reflection_reward`` values (section 4)
+REFLECTION_REWARDS = ("advantage", "verified", "mixed")
+
+
+def verified_reflection_rewards(
+    named: Sequence[int | None], optimal: Sequence[Collection[int] | None], no_move_penalty: float
+) -> list[float]:
+    """v_t of section 4: 1 when the named move ``named[t]`` is among ``optimal[t]``, 0 when it names another move,
+    ``-no_move_penalty`` when it names none. A turn whose optimal moves are unknown (None) is an error: ``verified``
+    needs the environment's oracle at every state."""
+    if len(named) != len(optimal):
+        raise ValueError(f"{len(named)} named moves but {len(optimal)} optimal sets")
+    rewards = []
+    for t, (move, best) in enumerate(zip(named, optimal, strict=True)):
+        if best is None:
+            raise ValueError(
+                f"turn {t}: the environment gave no optimal actions, which the verified reward needs"
+            )
+        rewards.append(-no_move_penalty if move is None else float(move in best))
+    return rewards
+
+
+def task_and_state_advantages(
+    rewards: Sequence[float],
+    group_ids: Sequence[int],
+    state_keys: Sequence[Hashable],
+    scale: str = "group",
+    std_floor: float = 0.0,
+) -> tuple[list[float], float]:
+    """GiGPO's two levels for one reward per turn: A_T(t) + A_S(t), A_T centred (and scaled) over every reflection of
+    the turn's task group, A_S over those of the same state (:func:`state_group_advantages`, 0 for a state sampled
+    once). A state whose reflections all agree (A_S = 0) still learns how its reward compares with the task's."""
+    by_task: dict[int, list[int]] = {}
+    for t, g in enumerate(group_ids):
+        by_task.setdefault(g, []).append(t)
+    task_adv = [0.0] * len(rewards)
+    for turns in by_task.values():
+        for t, a in zip(turns, _centre_and_scale([rewards[t] for t in turns], scale, std_floor), strict=True):
+            task_adv[t] = a
+    state_adv, grouped = state_group_advantages(
+        rewards, group_ids, state_keys, scale, std_floor, fallback=False
+    )
+    return [a + b for a, b in zip(task_adv, state_adv, strict=True)], grouped
+
+
+def state_group_advantages(
+    rewards: Sequence[float],
+    group_ids: Sequence[int],
+    state_keys: Sequence[Hashable],
+    scale: str = "group",
+    std_floor: float = 0.0,
+    fallback: bool = True,
+) -> tuple[list[float], float]:
+    """A^V_t of section 4 for one reward per turn (flat lists over the rollout's turns): centred (and scaled) over the
+    turns of the same task group (``group_ids``) in the same state (``state_keys``); a turn alone in its state is
+    centred and scaled over all turns of the rollout instead (the fallback; 0 with ``fallback=False``). Returns the
+    advantages and the share of turns that had a state group of two or more."""
+    if not len(rewards) == len(group_ids) == len(state_keys):
+        raise ValueError("rewards, group_ids and state_keys must have the same length")
+    by_state: dict[tuple[int, Hashable], list[int]] = {}
+    for t, (g, key) in enumerate(zip(group_ids, state_keys, strict=True)):
+        by_state.setdefault((g, key), []).append(t)
+    advantages = [0.0] * len(rewards)
+    alone: list[int] = []
+    for turns in by_state.values():
+        if len(turns) == 1:
+            alone.extend(turns)
+            continue
+        for t, a in zip(turns, _centre_and_scale([rewards[t] for t in turns], scale, std_floor), strict=True):
+            advantages[t] = a
+    if alone and fallback:  # the rollout's mean (and std) over every reflection
+        mean = sum(rewards) / len(rewards)
+        spread = 1.0
+        if scale == "group" and len(rewards) > 1:
+            std = (sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) ** 0.5
+            spread = max(std, std_floor) + 1e-6
+        for t in alone:
+            advantages[t] = (rewards[t] - mean) / spread
+    grouped = len(rewards) - len(alone)
+    return advantages, (grouped / len(rewards) if rewards else 0.0)
+
+
+def reflection_advantages(
+    mode: str, policy_advantages: Sequence[float], verified_advantages: Sequence[float] | None, weight: float
+) -> list[float]:
+    """A^R_t of section 4: the policy's (``advantage``), the verified one (``verified``), or (1 - w) A + w A^V."""
+    if mode == "advantage":
+        return list(policy_advantages)
+    if verified_advantages is None or len(verified_advantages) != len(policy_advantages):
+        raise ValueError(f"reflection_reward={mode!r} needs one verified advantage per turn")
+    if mode == "verified":
+        return list(verified_advantages)
+    if mode == "mixed":
+        return [
+            (1 - weight) * a + weight * v for a, v in zip(policy_advantages, verified_advantages, strict=True)
+        ]
+    raise ValueError(f"unknown reflection_reward {mode!r}; choose one of {REFLECTION_REWARDS}")
+
+
+def reflection_sft_losses(logp: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+    """L^S_t of section 4 (``reflection_objective: oracle_sft``): the mean negative log-likelihood of each turn's
+    target tokens (``logp`` (B, T) their log-probs, ``token_mask`` (B, T) marks them); 0 for a row without tokens."""
+    mask = token_mask.float()
+    return -(logp * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
 
 
 # ---------------------------------------------------------------------------------------------------- diagnostics

@@ -15,6 +15,7 @@ recomputed for them.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import torch
 from reflect_trl.action_head import OptionHead
 from reflect_trl.batching import DEFAULT_SHARED_PREFIX_MIN_TOKENS
 from reflect_trl.envs import Task, TextEnv, make_env
+from reflect_trl.envs.base import Observation
 from reflect_trl.prompts import (
     PolicyPrompt,
     build_prompt,
@@ -33,6 +35,7 @@ from reflect_trl.prompts import (
     reflection_prompt,
     with_stop,
 )
+from reflect_trl.reflection.base import ReflectionContext, Reflector
 from reflect_trl.reflection.player import ReflectionPlayer
 from reflect_trl.rl_math import entropy_from_log_probs
 from reflect_trl.seeding import derive_seed
@@ -65,6 +68,8 @@ class Turn:
     reflection_prompt_ids: tuple[int, ...] = ()
     reflection_ids: tuple[int, ...] = ()
     reflection_logps: tuple[float, ...] = ()
+    #: the oracle reflector's reflection at this state (recorded when the engine has a ``teacher``)
+    teacher_reflection: str | None = None
 
     @property
     def action_text(self) -> str:
@@ -228,8 +233,12 @@ class RolloutEngine:
         max_prompt_length: int | None = None,
         record_state_keys: bool = False,
         record_optimal_actions: bool = False,
+        teacher: Reflector | None = None,
     ) -> None:
         self.env_name = env_name
+        #: writes the oracle's reflection of every visited state (``Turn.teacher_reflection``), e.g. the environment's
+        #: oracle reflector for on-policy supervision of the reflection player
+        self.teacher = teacher
         self.env_kwargs = dict(env_kwargs or {})
         self.policy = policy
         self.reflection = reflection
@@ -316,6 +325,9 @@ class RolloutEngine:
         for i, (task, seed) in enumerate(zip(tasks, seeds, strict=True)):
             observations[i] = self._env(i).reset(seed=seed, task=task)
         live = list(range(len(tasks)))
+        teacher_previous: dict[
+            int, tuple[Observation, int]
+        ] = {}  # the teacher's view of each episode's last turn
         step = 0
         while live:
             texts = [observations[i].text for i in live]
@@ -389,6 +401,11 @@ class RolloutEngine:
                     turn.state_key = self._env(i).state_key()
                 if self.record_optimal_actions:
                     turn.optimal_actions = optimal_actions(self._env(i))
+                if self.teacher is not None:
+                    turn.teacher_reflection, oracle = self._teacher_reflection(
+                        self._env(i), episodes[i], obs, teacher_previous.get(i), step
+                    )
+                    teacher_previous[i] = (obs, oracle)
                 next_obs, reward, terminated, truncated, info = self._env(i).step(action_index)
                 turn.reward = float(reward)
                 episodes[i].turns.append(turn)
@@ -406,6 +423,34 @@ class RolloutEngine:
             live = still_live
             step += 1
         return episodes
+
+    def _teacher_reflection(
+        self,
+        env: TextEnv,
+        episode: Episode,
+        obs: Observation,
+        previous: tuple[Observation, int] | None,
+        step: int,
+    ) -> tuple[str, int]:
+        """The teacher's reflection of the episode's current state (``env`` before the action) with what the data
+        builder gives the oracle reflector: the previous state and the last action, whether it was the oracle's
+        (``previous``: the previous observation and its oracle action) and its reward. Returns the text and this
+        state's oracle action."""
+        oracle = env.oracle_action()
+        last = episode.turns[-1] if episode.turns else None
+        ctx = ReflectionContext(
+            env=env,
+            observation=obs,
+            step=step,
+            oracle_action=oracle,
+            previous_observation=previous[0] if last is not None and previous else None,
+            last_action=last.action_text if last is not None else None,
+            last_action_was_oracle=(last.action_index == previous[1])
+            if last is not None and previous
+            else None,
+            last_reward=last.reward if last is not None else None,
+        )
+        return self.teacher.reflect(ctx, random.Random(derive_seed(episode.seed, step, "teacher"))), oracle
 
 
 def optimal_actions(env: TextEnv) -> tuple[int, ...] | None:

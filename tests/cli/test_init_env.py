@@ -82,7 +82,7 @@ def test_a_fresh_environment_passes_check_env(scaffolded, capsys):
     assert reflect_trl(["check-env", NAME, "--strict", "--tasks", "10"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert all(line.startswith("PASS") for line in out[:-1]), out
-    assert out[-1] == f"{NAME}: 15 checks, 0 failed, 0 warnings, 0 skipped: the contract holds"
+    assert out[-1] == f"{NAME}: 16 checks, 0 failed, 0 warnings, 0 skipped: the contract holds"
     from reflect_nc_corridor.env import NcCorridorEnv
 
     check_env_contract(NcCorridorEnv, n_tasks=10).raise_for_failures(

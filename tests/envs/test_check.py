@@ -123,7 +123,8 @@ def test_a_good_environment_passes_every_check():
     report.raise_for_failures(strict=True)
     assert report.facts["oracle_steps"][0] >= 1 and report.facts["max_options"] == 3
     assert "longest reflection" in detail(report, "prompt budget")
-    assert len(report.lines()) == 15 and report.lines()[0].startswith("PASS  class")
+    assert len(report.lines()) == 16 and report.lines()[0].startswith("PASS  class")
+    assert "reflection_reward 'verified' available" in detail(report, "verified reward")
     assert "in fresh processes with PYTHONHASHSEED=1, 2" in detail(report, "options")
     near = report.facts["random_success"]["near"]
     assert 0 < near < RANDOM_TOO_EASY and f"near {near:.0%}" in detail(report, "random policy")
@@ -255,6 +256,21 @@ class TooManyActions(Walk):
         return Observation(f"cell {self.position}, goal {self.goal}", ACTIONS)
 
 
+class OptimalWithoutTheOracle(Walk):  # optimal_actions() forgets the oracle's move
+    def optimal_actions(self):
+        return frozenset({(self.oracle_action() + 1) % 3})
+
+
+class OptimalOutOfRange(Walk):
+    def optimal_actions(self):
+        return frozenset({self.oracle_action(), 7})
+
+
+class NoOptimalActions(Walk):
+    def optimal_actions(self):
+        raise NotImplementedError
+
+
 @pytest.mark.parametrize(
     ("env", "reflector", "kwargs", "failed", "words"),
     [
@@ -280,6 +296,14 @@ class TooManyActions(Walk):
         (AliasedKey, None, {}, "state_key", "have equal keys but"),
         (Walk, SilentReflector(), {}, "reflector", "does not name the oracle's action by its exact text"),
         (TooManyActions, None, {"labels": ("A", "B")}, "prompt budget", "offers 3 actions, more than the 2"),
+        (
+            OptimalWithoutTheOracle,
+            None,
+            {},
+            "verified reward",
+            "the oracle's action must be one of the optimal ones",
+        ),
+        (OptimalOutOfRange, None, {}, "verified reward", "indices of the 3 legal actions"),
     ],
 )
 def test_a_broken_environment_fails_the_check_it_breaks(env, reflector, kwargs, failed, words):
@@ -371,7 +395,7 @@ def test_repeated_problems_need_an_instance_key_and_overlapping_splits_warn():
 
 def test_later_checks_are_skipped_when_what_they_need_failed():
     report = check(NoSuperInit)
-    assert [c.status for c in report.checks[1:]] == [SKIP] * 14
+    assert [c.status for c in report.checks[1:]] == [SKIP] * 15
 
 
 def test_the_cli_prints_one_line_per_check_and_fails_with_status_1(monkeypatch, capsys):
@@ -382,7 +406,7 @@ def test_the_cli_prints_one_line_per_check_and_fails_with_status_1(monkeypatch, 
     monkeypatch.setitem(_ORACLE_REFLECTORS, "line_world", "_toy_env:LineWorldReflector")
     assert main(["check-env", "line_world", "--tasks", "5"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 16 and out[-1].startswith("line_world: 15 checks, 1 failed")
+    assert len(out) == 17 and out[-1].startswith("line_world: 16 checks, 1 failed")
     assert any(line.startswith("FAIL  instance_key") for line in out)
     assert main(["check-env", "taxi", "--stages", "pickup", "--tasks", "4", "--random_episodes", "7"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -394,3 +418,10 @@ def test_the_cli_prints_one_line_per_check_and_fails_with_status_1(monkeypatch, 
     assert "--random_episodes -1: must be >= 0" in capsys.readouterr().err
     assert main(["check-env", "line_wrld"]) == 2
     assert "did you mean 'line_world'?" in capsys.readouterr().err
+
+
+def test_an_environment_without_optimal_actions_says_verified_is_unavailable():
+    report = check(NoOptimalActions)
+    assert statuses(report)["verified reward"] == SKIP
+    assert "reflection_reward 'verified' / 'mixed'" in detail(report, "verified reward")
+    assert not report.failures, report.lines()

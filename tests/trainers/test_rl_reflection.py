@@ -208,3 +208,25 @@ def test_train_reflection_is_checked():
         )  # fmt: skip
     with pytest.raises(ValueError, match="leaves nothing to train"):
         ReflectPPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, train_policy=False)
+
+
+def test_a_policy_adapter_gives_the_learning_reflection_the_same_lora(tiny_llama_dir, tmp_path):
+    """RL that continues an SFT adapter passes no peft_config: the reflection player takes the policy's LoRA settings
+    (not all of its weights, with a full copy as reference)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    policy = get_peft_model(load_causal_lm(tiny_llama_dir), config)
+    trainer = _trainer(tiny_llama_dir, tmp_path, max_steps=3)
+    trainer = ReflectPPOTrainer(
+        model=policy,
+        args=trainer.args,
+        train_dataset=trainer.train_dataset,
+        processing_class=load_tokenizer(tiny_llama_dir),
+        reflection_model=load_causal_lm(tiny_llama_dir),
+    )
+    learner = trainer.reflection_learner
+    assert learner.reference is None, "its reference is the adapter disabled"
+    trainable = [n for n, p in learner.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert learner.model.peft_config["default"].r == 2

@@ -457,3 +457,24 @@ def test_prompt_context_is_off_with_activation_checkpointing(toy, tmp_path):
         with torch.no_grad():
             narrow = trainer._encode_prompt_context(trainer.model, dict(batch))["input_ids"]
         assert narrow.shape[1] < batch["input_ids"].shape[1]
+
+
+def test_label_matched_steps_show_as_many_rows_as_the_matched_run_used(tmp_path):
+    from reflect_trl.cli.sft import label_matched_steps
+    from reflect_trl.errors import UsageError
+    from reflect_trl.trainers.sft_config import ReflectSFTConfig
+
+    run = tmp_path / "rl_reflection_only_verified"
+    run.mkdir()
+    (run / "reflection_labels.json").write_text(json.dumps({"oracle_labelled_turns": 1001}))
+    args = ReflectSFTConfig(
+        output_dir=str(tmp_path / "o"),
+        per_device_train_batch_size=16,
+        gradient_accumulation_steps=2,
+        use_cpu=True,
+    )
+    assert label_matched_steps(str(run), args) == 32  # ceil(1001 / 32)
+    with pytest.raises(
+        UsageError, match=r"match_oracle_labels_of: cannot read the oracle-labelled turns from .*nowhere"
+    ):
+        label_matched_steps(str(tmp_path / "nowhere"), args)

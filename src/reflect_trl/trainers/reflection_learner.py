@@ -1,8 +1,10 @@
 """The reflection player as a second learner (``ReflectPPOConfig.train_reflection``, beyond the paper).
 
-In the paper the reflection model is frozen. Here it can learn online from the same turn-level advantages as the
-policy: the reflection a policy read at turn t is trained with A_t (``rl_math`` section 4: a token-level clipped
-surrogate over its generated tokens, normalised per turn, plus a k3 KL to the SFT'd reflection model).
+In the paper the reflection model is frozen. Here it can learn online: the reflection a policy read at turn t is
+trained with an advantage A^R_t (``rl_math`` section 4: a token-level clipped surrogate over its generated tokens,
+normalised per turn, plus a k3 KL to the SFT'd reflection model) -- the policy's turn advantage, a verified reward of
+its own (does it name an optimal move?), or a mix (``reflection_reward``). A control (``reflection_objective:
+oracle_sft``) trains it by SFT towards the oracle reflector's text at the states the pair visits instead.
 
 How it rides on GRPOTrainer's machinery: the reflection model becomes a submodule of the policy
 (``reflect_reflection``), so the optimizer (its own learning rate, :meth:`ReflectionLearner.split_param_groups`),
@@ -37,7 +39,7 @@ OUTPUT_DIR = "reflection"
 
 
 class ReflectionLearner:
-    """Trains the reflection player with the policy's turn advantages."""
+    """Trains the reflection player (its advantages, or its oracle targets, come with the batch)."""
 
     def __init__(self, policy: nn.Module, model: nn.Module, tokenizer, peft_config=None) -> None:
         from trl.trainer.utils import disable_dropout_in_model
@@ -132,11 +134,18 @@ class ReflectionLearner:
 
     # ------------------------------------------------------------------------------------------------ scoring
     def token_logps(
-        self, model: nn.Module, batch: dict[str, Any], temperature: float, with_entropy: bool = False
+        self,
+        model: nn.Module,
+        batch: dict[str, Any],
+        temperature: float,
+        with_entropy: bool = False,
+        sequences: str = "reflection",
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log phi(y_j | x, y_<j) of every column of ``reflection_ids`` (0 where there is no generated token), from one
-        forward that keeps the logits of the generated span only (left padding puts it in the last columns)."""
-        ids, mask, tokens = batch["reflection_ids"], batch["reflection_mask"], batch["reflection_token_mask"]
+        forward that keeps the logits of the generated span only (left padding puts it in the last columns).
+        ``sequences="teacher"``: the same for the oracle targets (``teacher_ids`` / ``_mask`` / ``_token_mask``)."""
+        ids, mask = batch[f"{sequences}_ids"], batch[f"{sequences}_mask"]
+        tokens = batch[f"{sequences}_token_mask"]
         span = int(tokens.sum(-1).max().item()) if tokens.numel() else 0
         out = torch.zeros(ids.shape, device=ids.device)
         if span == 0 and torch.is_grad_enabled() and ids.shape[1] > 1:
@@ -181,7 +190,7 @@ class ReflectionLearner:
             logp,
             inputs["old_reflection_logps"],
             inputs["reflection_token_mask"],
-            inputs["advantages"],
+            inputs.get("reflection_advantages", inputs["advantages"]),
             clip_low=clip_low,
             clip_high=clip_high,
             ref_logp=inputs.get("ref_reflection_logps") if beta != 0.0 else None,
@@ -189,6 +198,14 @@ class ReflectionLearner:
         tokens = inputs["reflection_token_mask"]
         turn_entropy = (entropy * tokens).sum(-1) / tokens.sum(-1).clamp(min=1.0)
         return terms, turn_entropy
+
+    def sft_losses(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """``reflection_objective: oracle_sft``: the per-turn NLL of the oracle reflection (``rl_math`` section 4,
+        L^S_t), at temperature 1 (as SFT)."""
+        logp, _ = self.token_logps(self.model, inputs, 1.0, sequences="teacher")
+        if self._accelerator is not None and logp.requires_grad:
+            logp.register_hook(self._queue_average)
+        return rl_math.reflection_sft_losses(logp, inputs["teacher_token_mask"])
 
     # ------------------------------------------------------------------------------------------------ saving
     @contextlib.contextmanager

@@ -42,6 +42,10 @@ class TurnRow:
     reflection_prompt_ids: Sequence[int] = ()
     reflection_ids: Sequence[int] = ()
     reflection_logps: Sequence[float] = ()
+    #: the advantage of the reflection's tokens (``reflection_reward``; None: the turn's ``advantage``)
+    reflection_advantage: float | None = None
+    #: ``reflection_objective: oracle_sft``: the oracle reflector's text at this state, tokenized (the SFT target)
+    teacher_ids: Sequence[int] = ()
 
 
 def episode_rows(
@@ -86,7 +90,7 @@ def replay_rows(turns: Sequence[ReplayTurn], advantage: float) -> list[TurnRow]:
 def pad_rows(rows: Sequence[TurnRow], target: int, multiple: int) -> list[TurnRow]:
     """``rows`` padded with masked copies of the first row to ``target`` rounded up to a multiple of ``multiple``."""
     size = -(-target // multiple) * multiple
-    filler = replace(rows[0], advantage=0.0, trains_value=False, real=False)
+    filler = replace(rows[0], advantage=0.0, reflection_advantage=0.0, trains_value=False, real=False)
     return list(rows) + [filler] * (size - len(rows))
 
 
@@ -94,7 +98,8 @@ def collate(rows: Sequence[TurnRow], pad_id: int, device: torch.device | str) ->
     """The batch tensors of ``rows``: ``prompt_ids`` / ``prompt_mask`` (left padded), ``option``, ``num_options``,
     ``advantages``, ``returns``, ``old_values``, ``sampling_logps``, ``turn_mask`` (real rows) and ``value_mask``
     (rows whose value head trains); with reflections, ``reflection_ids`` / ``reflection_mask`` (prompt + generated
-    tokens, left padded), ``reflection_token_mask`` (the generated ones) and ``old_reflection_logps``."""
+    tokens, left padded), ``reflection_token_mask`` (the generated ones), ``old_reflection_logps`` and (a reward of
+    the reflection's own) ``reflection_advantages``; with oracle targets, ``teacher_ids`` / ``teacher_mask`` / ``teacher_token_mask``."""
 
     def column(values: Sequence[float], dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.tensor(list(values), dtype=dtype, device=device)
@@ -114,6 +119,14 @@ def collate(rows: Sequence[TurnRow], pad_id: int, device: torch.device | str) ->
     }
     if any(r.reflection_ids for r in rows):
         batch.update(collate_reflections(rows, pad_id, device))
+        if any(
+            r.reflection_advantage is not None for r in rows
+        ):  # else the reflection learns from ``advantages``
+            batch["reflection_advantages"] = column(
+                [r.advantage if r.reflection_advantage is None else r.reflection_advantage for r in rows]
+            )
+    if any(r.teacher_ids for r in rows):
+        batch.update(collate_teacher_targets(rows, pad_id, device))
     return batch
 
 
@@ -138,23 +151,51 @@ def collate_reflections(rows: Sequence[TurnRow], pad_id: int, device: torch.devi
     }
 
 
+def collate_teacher_targets(
+    rows: Sequence[TurnRow], pad_id: int, device: torch.device | str
+) -> dict[str, Any]:
+    """Left-padded ``reflection prompt + oracle reflection tokens`` per row and the mask of the target tokens (the
+    keys ``teacher_ids`` / ``teacher_mask`` / ``teacher_token_mask``)."""
+    sequences = [list(r.reflection_prompt_ids) + list(r.teacher_ids) for r in rows]
+    ids, mask = left_pad([s or [pad_id] for s in sequences], pad_id)
+    width = ids.shape[1]
+    token_mask = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        if r.teacher_ids and r.real:
+            token_mask[i, width - len(r.teacher_ids) :] = 1.0
+    return {
+        "teacher_ids": ids.to(device),
+        "teacher_mask": mask.to(device),
+        "teacher_token_mask": token_mask.to(device),
+    }
+
+
 __all__ = ["TurnRow", "collate", "episode_rows", "pad_rows", "replay_rows", "with_advantages"]
 
 
 def window_counts(windows: Sequence[Sequence[dict[str, Any]]]) -> torch.Tensor:
     """``[n_windows, 3]``: per window of micro-batches, its real turns, its value-trained turns and its turns with a
-    non-zero advantage (this process's; the trainer sums them over processes in one collective)."""
+    learning signal -- a non-zero advantage of the policy or of the reflection, or an oracle target (this process's;
+    the trainer sums them over processes in one collective)."""
     return torch.stack(
         [
             torch.stack(
                 [
                     sum(c["turn_mask"].sum() for c in window),
                     sum(c["value_mask"].sum() for c in window),
-                    sum(
-                        (c["turn_mask"] * (c["advantages"].abs() > ZERO_ADVANTAGE_TOL)).sum() for c in window
-                    ),
+                    sum((c["turn_mask"] * _has_signal(c)).sum() for c in window),
                 ]
             )
             for window in windows
         ]
     )
+
+
+def _has_signal(chunk: dict[str, Any]) -> torch.Tensor:
+    """1 for each row of a micro-batch that carries a learning signal (see :func:`window_counts`)."""
+    signal = chunk["advantages"].abs() > ZERO_ADVANTAGE_TOL
+    if "reflection_advantages" in chunk:
+        signal = signal | (chunk["reflection_advantages"].abs() > ZERO_ADVANTAGE_TOL)
+    if "teacher_token_mask" in chunk:
+        signal = signal | (chunk["teacher_token_mask"].sum(-1) > 0)
+    return signal.float()

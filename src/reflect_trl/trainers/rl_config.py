@@ -66,6 +66,12 @@ _UNSUPPORTED_GRPO_OPTIONS: tuple[tuple[str, object, str], ...] = (
 )
 
 
+#: ``reflection_objective`` values: the reflection player learns by RL, or by SFT towards the oracle's text (a control)
+REFLECTION_OBJECTIVES = ("rl", "oracle_sft")
+#: ``reflection_verified_grouping`` values (rl_math section 4)
+VERIFIED_GROUPINGS = ("state", "task_and_state")
+
+
 @dataclass
 class ReflectPPOConfig(GRPOConfig):
     """GRPOConfig plus the Reflect-RL knobs. Batch semantics: each process runs
@@ -94,8 +100,8 @@ class ReflectPPOConfig(GRPOConfig):
     scale_rewards: str = field(
         default="group",
         metadata={
-            "help": "gigpo only: divide the episode and step advantages by their group's std ('group') or by 1 "
-            "('none')."
+            "help": "gigpo, and the verified reflection reward: divide the episode and step advantages (the "
+            "reflections' same-state advantages) by their group's std ('group') or by 1 ('none')."
         },
     )
     scale_std_floor: float = field(
@@ -209,9 +215,9 @@ class ReflectPPOConfig(GRPOConfig):
     train_reflection: bool = field(
         default=False,
         metadata={
-            "help": "Train the reflection player too (beyond the paper: there it is frozen), with the policy's turn "
-            "advantages on its sampled reflection tokens (rl_math section 4); needs reflection_temperature > 0 and "
-            "the in-process backend. Saved in <output_dir>/reflection."
+            "help": "Train the reflection player too (beyond the paper: there it is frozen) on its sampled reflection "
+            "tokens (rl_math section 4), from reflection_reward (or by reflection_objective oracle_sft); needs "
+            "reflection_temperature > 0 and the in-process backend. Saved in <output_dir>/reflection."
         },
     )
     train_policy: bool = field(
@@ -224,6 +230,43 @@ class ReflectPPOConfig(GRPOConfig):
         default=0.05,
         metadata={
             "help": "train_reflection: weight of the reflection's k3 KL to the SFT'd reflection model."
+        },
+    )
+    reflection_reward: str = field(
+        default="advantage",
+        metadata={
+            "help": "train_reflection: what the reflection's tokens learn from (rl_math section 4). advantage: the "
+            "policy's turn advantage; verified: a reward of its own, 1 when the move it names is optimal at that "
+            "state (the environment's optimal_actions: its oracle), 0 for another move, -reflection_no_move_penalty "
+            "for none, made group-relative over the reflections sampled at the same state; mixed: "
+            "(1 - w) * advantage + w * verified (w = reflection_verified_weight)."
+        },
+    )
+    reflection_verified_weight: float = field(
+        default=0.5,
+        metadata={"help": "reflection_reward mixed: weight w of the verified advantage, in [0, 1]."},
+    )
+    reflection_verified_grouping: str = field(
+        default="state",
+        metadata={
+            "help": "reflection_reward verified / mixed: what a reflection's verified reward is compared with. state: "
+            "the reflections sampled at the same state of the same task (a state sampled once: the rollout's); "
+            "task_and_state: GiGPO's two levels, the task's reflections plus the same state's (rl_math section 4)."
+        },
+    )
+    reflection_no_move_penalty: float = field(
+        default=0.5,
+        metadata={
+            "help": "reflection_reward verified / mixed: a reflection that names no legal move is rewarded "
+            "-penalty (one naming a non-optimal move gets 0)."
+        },
+    )
+    reflection_objective: str = field(
+        default="rl",
+        metadata={
+            "help": "train_reflection: rl (the clipped surrogate with reflection_reward), or oracle_sft (a control: "
+            "supervised fine-tuning, at the states the current pair visits, towards the environment's oracle "
+            "reflector's text -- DAgger-style on-policy supervision; reflection_reward is not used)."
         },
     )
     advantage_estimator: str = field(
@@ -388,7 +431,11 @@ class ReflectPPOConfig(GRPOConfig):
             raise ValueError(
                 f"scale_rewards={self.scale_rewards!r}; for gigpo choose 'group' (std) or 'none' (1)"
             )
-        if self.advantage_estimator != "gigpo" and self.scale_rewards != "group":
+        if (
+            self.advantage_estimator != "gigpo"
+            and self.scale_rewards != "group"
+            and self.reflection_reward == "advantage"
+        ):
             raise ValueError(
                 f"scale_rewards={self.scale_rewards!r} applies to advantage_estimator='gigpo' only "
                 f"(this run uses {self.advantage_estimator!r}; see whiten_advantages)"
@@ -438,6 +485,37 @@ class ReflectPPOConfig(GRPOConfig):
                     f"reflection_learning_rate must be > 0 and reflection_beta >= 0, got "
                     f"{self.reflection_learning_rate} and {self.reflection_beta}"
                 )
+        from reflect_trl.rl_math import REFLECTION_REWARDS
+
+        if self.reflection_reward not in REFLECTION_REWARDS:
+            raise ValueError(
+                f"reflection_reward={self.reflection_reward!r}; choose one of {', '.join(REFLECTION_REWARDS)}"
+            )
+        if self.reflection_objective not in REFLECTION_OBJECTIVES:
+            raise ValueError(
+                f"reflection_objective={self.reflection_objective!r}; choose one of {', '.join(REFLECTION_OBJECTIVES)}"
+            )
+        if self.reflection_verified_grouping not in VERIFIED_GROUPINGS:
+            raise ValueError(
+                f"reflection_verified_grouping={self.reflection_verified_grouping!r}; choose one of "
+                f"{', '.join(VERIFIED_GROUPINGS)}"
+            )
+        if not 0.0 <= self.reflection_verified_weight <= 1.0:
+            raise ValueError(
+                f"reflection_verified_weight must be in [0, 1], got {self.reflection_verified_weight}"
+            )
+        if self.reflection_no_move_penalty < 0:
+            raise ValueError(
+                f"reflection_no_move_penalty must be >= 0 (the reward is -penalty), got "
+                f"{self.reflection_no_move_penalty}"
+            )
+        if not self.train_reflection:
+            for name, default in (("reflection_reward", "advantage"), ("reflection_objective", "rl")):
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} is about the reflection player's training: set "
+                        "train_reflection=true"
+                    )
         if not self.train_policy and not self.train_reflection:
             raise ValueError("train_policy=false leaves nothing to train: set train_reflection=true")
         if self.whiten_advantages is None:
@@ -511,4 +589,4 @@ class ReflectPPOConfig(GRPOConfig):
         return parse_option_labels(self.option_labels)
 
 
-__all__ = ["LOSS_TYPE", "ReflectPPOConfig"]
+__all__ = ["LOSS_TYPE", "REFLECTION_OBJECTIVES", "ReflectPPOConfig"]

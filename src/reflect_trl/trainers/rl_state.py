@@ -5,6 +5,7 @@ reflection player when it learns -- so that a resumed run continues exactly as t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from reflect_trl.trainers.reflection_learner import SUBMODULE
 
 STATE_FILE = "reflect_state_rank{rank}.pt"
 VALUE_HEAD_FILE = "value_head.pt"
+#: written beside a run whose reflection player learned: the oracle-labelled reflection turns it trained on
+ORACLE_LABELS_FILE = "reflection_labels.json"
 
 
 def checkpoint_files(args) -> list[str]:
@@ -47,6 +50,7 @@ class TrainingStateMixin:
             if isinstance(self.reflection, CachedReflectionPlayer)
             else None,
             "ref_logps_memo": self.ref_memo.state_dict() if self.ref_memo is not None else None,
+            "oracle_labels": self._oracle_labels,
         }
 
     def _save_checkpoint(self, model, trial):
@@ -74,6 +78,7 @@ class TrainingStateMixin:
         if self.args.replay_buffer_size > 0:
             self.replay.load_state_dict(state["replay"])
         self._rollouts = int(state["rollouts"])
+        self._oracle_labels = int(state.get("oracle_labels", 0))
         if isinstance(self.reflection, CachedReflectionPlayer) and state.get("reflection_memo") is not None:
             self.reflection.load_state_dict(state["reflection_memo"])
             # every rollout logs its hit rate, so the last logged counts are the memo's own at a checkpoint
@@ -93,6 +98,17 @@ class TrainingStateMixin:
             torch.save(self.value_head.state_dict(), out / VALUE_HEAD_FILE)
         if self.reflection_learner is not None:
             self.reflection_learner.save_model(out)
+            # how many oracle-labelled reflection turns the run trained on (a label-matched control reads it)
+            (out / ORACLE_LABELS_FILE).write_text(
+                json.dumps(
+                    {
+                        "oracle_labelled_turns": self._oracle_labels,
+                        "reflection_reward": self.args.reflection_reward,
+                        "reflection_objective": self.args.reflection_objective,
+                    }
+                )
+                + "\n"
+            )
 
     def _save(self, output_dir: str | None = None, state_dict=None):
         """Trainer's save of the policy, without the reflection player riding in it (saved on its own)."""
