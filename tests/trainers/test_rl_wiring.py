@@ -171,3 +171,35 @@ def test_rows_refuse_advantages_of_another_episode():
     ep.turns.append(Turn(0, "s", ("a", "b"), None, [1, 2], 2, 0, 0, -0.7, 0.6))
     with pytest.raises(ValueError, match="1 turns but 2 advantages"):
         rl_batch.episode_rows([ep], [[0.1, 0.2]])
+
+
+def test_the_trainer_takes_model_ids_and_builds_its_tasks_from_args(tiny_model_dir, tmp_path):
+    """As TRL's trainers take a model id: the policy and the reflection model from folders, the tokenizers with them,
+    the training tasks (and, with an eval_strategy, the evaluation episodes) from the config."""
+    from reflect_trl.trainers.rl_config import ReflectPPOConfig
+    from reflect_trl.trainers.rl_trainer import ReflectPPOTrainer
+
+    args = ReflectPPOConfig(
+        output_dir=str(tmp_path),
+        env_name="taxi",
+        num_train_tasks=3,
+        max_steps=3,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        reflection_max_new_tokens=4,
+        eval_strategy="steps",
+        eval_steps=10,
+        eval_episodes_per_stage=2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+    )
+    trainer = ReflectPPOTrainer(model=tiny_model_dir, reflection_model=tiny_model_dir, args=args)
+    assert len(trainer.train_dataset) == 9, "3 tasks for each of taxi's 3 stages"
+    assert len(trainer.eval_dataset) == 6
+    assert trainer.processing_class is not None and trainer._reflection_tokenizer is not None
+    reflection = trainer._reflection_model
+    assert not any(p.requires_grad for p in reflection.parameters()), "a reflection that does not learn is frozen"
+    trainer.train()
+    assert trainer.state.global_step == 3

@@ -27,6 +27,7 @@ and compares with hand-computed objectives, so a change of GRPOTrainer's private
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -95,7 +96,7 @@ class ReflectPPOTrainer(
         self,
         model,
         args: ReflectPPOConfig,
-        train_dataset: Dataset,
+        train_dataset: Dataset | None = None,
         processing_class=None,
         reflection_model=None,
         reflection_tokenizer=None,
@@ -103,6 +104,20 @@ class ReflectPPOTrainer(
         callbacks=None,
         eval_dataset: Dataset | None = None,
     ) -> None:
+        """``model`` and ``reflection_model``: models, or hub ids / local folders (loaded here with their tokenizers, as
+        TRL's trainers take a model id; a reflection that does not learn is loaded frozen, an adapter merged). Without
+        ``train_dataset`` the training tasks come from ``args`` (``num_train_tasks`` per stage, or
+        ``train_tasks_file``); without ``eval_dataset`` and with an ``eval_strategy``, the evaluation episodes too."""
+        model, processing_class, reflection_model, reflection_tokenizer = self._load_players(
+            args, model, processing_class, reflection_model, reflection_tokenizer
+        )
+        if train_dataset is None or (eval_dataset is None and args.eval_strategy != "no"):
+            from reflect_trl.trainers.rl_tasks import build_train_tasks, eval_tasks_dataset, tasks_to_dataset
+
+            if train_dataset is None:
+                train_dataset = tasks_to_dataset(build_train_tasks(args))
+            if eval_dataset is None and args.eval_strategy != "no":
+                eval_dataset = eval_tasks_dataset(args)
         # The option labels travel with the policy: those it was trained with, unless the config names the same.
         labels = resolve_option_labels(args.option_labels, local_model_dir(model), "the policy")
         super().__init__(
@@ -191,6 +206,25 @@ class ReflectPPOTrainer(
         use_reflect_progress(self)  # bars on a terminal only; logs with numbers as numbers
 
     # ------------------------------------------------------------------------------------------------ setup
+    @staticmethod
+    def _load_players(args: ReflectPPOConfig, model, tokenizer, reflection_model, reflection_tokenizer):
+        """The policy and the reflection model (with their tokenizers) of ids or folders given as strings or paths."""
+        from reflect_trl.models import load_causal_lm, load_tokenizer
+
+        if isinstance(model, (str, os.PathLike)):
+            tokenizer = tokenizer if tokenizer is not None else load_tokenizer(str(model))
+            model = load_causal_lm(str(model), trainable=True)
+        if isinstance(reflection_model, (str, os.PathLike)):
+            if reflection_tokenizer is None:
+                reflection_tokenizer = load_tokenizer(str(reflection_model))
+            reflection_model = load_causal_lm(
+                str(reflection_model),
+                dtype=args.reflection_dtype,
+                trainable=args.train_reflection,  # a frozen player unless it learns too
+                merge_adapter=True,
+            )
+        return model, tokenizer, reflection_model, reflection_tokenizer
+
     def _task_sampler(self, train_dataset: Dataset) -> TaskSampler:
         """The training tasks per curriculum stage (from the train dataset) and the curriculum over them."""
         args = self.args
