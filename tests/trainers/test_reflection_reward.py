@@ -244,22 +244,3 @@ def test_an_environment_without_optimal_actions_is_refused_at_start_up(tiny_mode
     _trainer(
         tiny_model_dir, tmp_path, reflection_reward="advantage"
     )  # the policy's advantage needs no oracle
-
-
-def test_task_and_state_grouping_adds_the_task_level_to_the_state_level():
-    # task 0: two reflections at "a" that agree (both 0: no state signal) and one at "b" (1); task 1 alone
-    rewards, groups, keys = [0.0, 0.0, 1.0, 1.0], [0, 0, 0, 1], ["a", "a", "b", "a"]
-    adv, grouped = rl_math.task_and_state_advantages(rewards, groups, keys, scale="none")
-    # task level: centred over task 0's three rewards (mean 1/3), 0 for the single task-1 turn; state level: 0
-    # everywhere (the agreeing pair, and singletons get no fallback here)
-    assert adv == pytest.approx([-1 / 3, -1 / 3, 2 / 3, 0.0])
-    assert grouped == pytest.approx(0.5)
-    state_only, _ = rl_math.state_group_advantages(rewards, groups, keys, scale="none")
-    assert state_only[:2] == [0.0, 0.0], "the state level alone gives an agreeing group nothing"
-    with pytest.raises(
-        ValueError, match="reflection_verified_grouping='rollout'; choose one of state, task_and_state"
-    ):
-        ReflectPPOConfig(
-            output_dir="/tmp/x", use_cpu=True, bf16=False, train_reflection=True, reflection_temperature=1.0,
-            reflection_reward="verified", reflection_verified_grouping="rollout",
-        )  # fmt: skip

@@ -200,6 +200,8 @@ def test_the_trainer_takes_model_ids_and_builds_its_tasks_from_args(tiny_model_d
     assert len(trainer.eval_dataset) == 6
     assert trainer.processing_class is not None and trainer._reflection_tokenizer is not None
     reflection = trainer._reflection_model
-    assert not any(p.requires_grad for p in reflection.parameters()), "a reflection that does not learn is frozen"
+    assert not any(p.requires_grad for p in reflection.parameters()), (
+        "a reflection that does not learn is frozen"
+    )
     trainer.train()
     assert trainer.state.global_step == 3

@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "check an environment's contract (oracle, splits, determinism, keys, reflector, prompt budget)",
         "reflect_trl.cli.check_env:check_env_cli",
     ),
+    "corpus-stats": (
+        "AutoExplore corpus statistics: repositories, tasks and distinct questions per split and stage",
+        "reflect_trl.envs.auto_explore.packages:corpus_stats_cli",
+    ),
     "build-tiny": (
         "build a tiny offline model + tokenizer (tests, demo, benchmarks)",
         "reflect_trl.cli.build_tiny:build_tiny_cmd",

@@ -64,7 +64,6 @@ GROUPS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
             )
             + ("train_reflection", "train_policy", "reflection_learning_rate", "reflection_beta")
             + ("reflection_reward", "reflection_verified_weight", "reflection_no_move_penalty")
-            + ("reflection_verified_grouping",)
             + ("reflection_objective",)
             + (
                 "reflection_api_key_env",

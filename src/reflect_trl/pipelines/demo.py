@@ -102,8 +102,6 @@ class DemoConfig:
     rl_reflection_learning_rate: float = 1e-4
     # reflection_reward mixed: weight of the verified advantage (ReflectPPOConfig.reflection_verified_weight)
     rl_reflection_verified_weight: float = 0.5
-    # reflection_reward verified / mixed: state or task_and_state (ReflectPPOConfig.reflection_verified_grouping)
-    rl_reflection_verified_grouping: str = "state"
     # > 0: every RL run evaluates itself during training (ReflectPPOTrainer.evaluate) at its start and every
     # rl_eval_steps steps, greedily, on rl_eval_episodes_per_stage `validation` episodes per stage (seed 777);
     # the curves go to each run's log and to eval_curves.png. Off by default: one evaluation of 300 episodes per stage
@@ -593,13 +591,6 @@ def check_demo_config(cfg: DemoConfig) -> None:
     ):
         raise UsageError(
             f"rl_stages {cfg.rl_stages}: choose distinct stages of {cfg.env_name!r} from {list(env.stages)}"
-        )
-    from reflect_trl.trainers.rl_config import VERIFIED_GROUPINGS
-
-    if cfg.rl_reflection_verified_grouping not in VERIFIED_GROUPINGS:
-        raise UsageError(
-            f"rl_reflection_verified_grouping {cfg.rl_reflection_verified_grouping!r}: choose one of "
-            f"{', '.join(VERIFIED_GROUPINGS)}"
         )
     if not 0.0 <= cfg.rl_reflection_verified_weight <= 1.0:
         raise UsageError(

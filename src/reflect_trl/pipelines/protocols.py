@@ -466,8 +466,6 @@ def demo_jobs(
                 argv += flags(reflection_reward=run.reflection_reward)
             if run.reflection_reward == "mixed":
                 argv += flags(reflection_verified_weight=cfg.rl_reflection_verified_weight)
-            if run.reflection_reward != "advantage" and cfg.rl_reflection_verified_grouping != "state":
-                argv += flags(reflection_verified_grouping=cfg.rl_reflection_verified_grouping)
             if run.reflection_objective != "rl":
                 argv += flags(reflection_objective=run.reflection_objective)
         if cfg.rl_eval_steps > 0:  # the greedy validation curve of the run

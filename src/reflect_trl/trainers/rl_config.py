@@ -68,8 +68,6 @@ _UNSUPPORTED_GRPO_OPTIONS: tuple[tuple[str, object, str], ...] = (
 
 #: ``reflection_objective`` values: the reflection player learns by RL, or by SFT towards the oracle's text (a control)
 REFLECTION_OBJECTIVES = ("rl", "oracle_sft")
-#: ``reflection_verified_grouping`` values (rl_math section 4)
-VERIFIED_GROUPINGS = ("state", "task_and_state")
 
 
 @dataclass
@@ -245,14 +243,6 @@ class ReflectPPOConfig(GRPOConfig):
     reflection_verified_weight: float = field(
         default=0.5,
         metadata={"help": "reflection_reward mixed: weight w of the verified advantage, in [0, 1]."},
-    )
-    reflection_verified_grouping: str = field(
-        default="state",
-        metadata={
-            "help": "reflection_reward verified / mixed: what a reflection's verified reward is compared with. state: "
-            "the reflections sampled at the same state of the same task (a state sampled once: the rollout's); "
-            "task_and_state: GiGPO's two levels, the task's reflections plus the same state's (rl_math section 4)."
-        },
     )
     reflection_no_move_penalty: float = field(
         default=0.5,
@@ -495,11 +485,6 @@ class ReflectPPOConfig(GRPOConfig):
             raise ValueError(
                 f"reflection_objective={self.reflection_objective!r}; choose one of {', '.join(REFLECTION_OBJECTIVES)}"
             )
-        if self.reflection_verified_grouping not in VERIFIED_GROUPINGS:
-            raise ValueError(
-                f"reflection_verified_grouping={self.reflection_verified_grouping!r}; choose one of "
-                f"{', '.join(VERIFIED_GROUPINGS)}"
-            )
         if not 0.0 <= self.reflection_verified_weight <= 1.0:
             raise ValueError(
                 f"reflection_verified_weight must be in [0, 1], got {self.reflection_verified_weight}"
@@ -618,7 +603,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "reflection_beta",
             "reflection_reward",
         )
-        + ("reflection_verified_weight", "reflection_verified_grouping", "reflection_no_move_penalty")
+        + ("reflection_verified_weight", "reflection_no_move_penalty")
         + ("reflection_objective",),
     ),
     (

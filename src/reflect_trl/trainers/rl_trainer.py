@@ -467,12 +467,9 @@ class ReflectPPOTrainer(
         elif args.reflection_reward != "advantage":
             keys = [t.state_key if self._state_keys else t.state_text for t in turns]
             groups = [ep.group for ep in episodes for _ in ep.turns]
-            grouping = (
-                rl_math.task_and_state_advantages
-                if args.reflection_verified_grouping == "task_and_state"
-                else rl_math.state_group_advantages
+            verified_adv, grouped = rl_math.state_group_advantages(
+                verified, groups, keys, args.scale_rewards, args.scale_std_floor
             )
-            verified_adv, grouped = grouping(verified, groups, keys, args.scale_rewards, args.scale_std_floor)
             self._metrics["train"]["reflection/verified_grouped_share"].append(grouped)
             mixed = rl_math.reflection_advantages(
                 args.reflection_reward, advantages, verified_adv, args.reflection_verified_weight

@@ -13,7 +13,14 @@ from reflect_trl.envs.auto_explore.corpus import (
     default_roots,
     load_corpus,
 )
-from reflect_trl.envs.auto_explore.env import AutoExploreEnv, StepRecord
+from reflect_trl.envs.auto_explore.env import CORPORA, AutoExploreEnv, StepRecord
+from reflect_trl.envs.auto_explore.packages import (
+    PACKAGE_CORPUS,
+    CorpusNotInstalledError,
+    CorpusPackage,
+    corpus_stats,
+    load_package_corpus,
+)
 from reflect_trl.envs.auto_explore.sandbox import RepoSandbox, SandboxError
 from reflect_trl.envs.auto_explore.tasks import (
     STAGES,
@@ -23,6 +30,7 @@ from reflect_trl.envs.auto_explore.tasks import (
     generate_tasks,
     holdout_split,
     load_tasks,
+    repo_split,
     save_tasks,
     stage_of_depth,
     task_card,
@@ -30,14 +38,18 @@ from reflect_trl.envs.auto_explore.tasks import (
 
 __all__ = [
     "ALLOWED_SUFFIXES",
+    "CORPORA",
     "DEFAULT_MAX_OPTIONS",
     "DEFAULT_PACKAGES",
+    "PACKAGE_CORPUS",
     "STAGES",
     "AutoExploreEnv",
     "Candidate",
     "CodeQuestionSource",
     "Corpus",
     "CorpusFilter",
+    "CorpusNotInstalledError",
+    "CorpusPackage",
     "QuestionSource",
     "RepoSandbox",
     "RepoTree",
@@ -46,11 +58,14 @@ __all__ = [
     "build_corpus",
     "build_repo_tree",
     "corpus_card",
+    "corpus_stats",
     "default_roots",
     "generate_tasks",
     "holdout_split",
     "load_corpus",
+    "load_package_corpus",
     "load_tasks",
+    "repo_split",
     "save_tasks",
     "stage_of_depth",
     "task_card",

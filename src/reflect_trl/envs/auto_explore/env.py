@@ -5,6 +5,12 @@ default the source trees of the installed ``trl``, ``peft``, ``datasets`` and ``
 (:mod:`.corpus`), with questions derived from the code (:mod:`.tasks`), executed by a pure-Python,
 read-only sandbox (:mod:`.sandbox`).
 
+**Corpora** (``corpus=``): ``"default"`` -- ``roots`` (directories or installed packages), or those four packages
+when ``roots`` is None; ``"packages"`` -- many small real code bases pinned as the optional extra
+``auto-explore-corpus`` (:mod:`.packages`; ``pip install -e '.[auto-explore-corpus]'``), one repository per
+package, whole repositories assigned to ``train`` / ``validation`` / ``test`` (``split_unit="repo"``), so ``test``
+measures navigation in code bases never seen in training.
+
 **Actions** (for the current directory, in this order): ``cd ..`` (not at the root), ``cd <dir>`` for each
 subdirectory, then ``cat <file>`` and ``id <file>`` for each file; names sorted, odd names quoted. ``cat``
 of a file already opened in this episode is not offered again (``filter_catted=True``, as in the paper).
@@ -55,7 +61,8 @@ the same each time it is visited within an episode). 0 (the default) for evaluat
 already opened (when they filter the options), the leave-out seed (when leave-out is on); not the command history
 nor the last command's result.
 
-**Splits.** ``make_tasks(split, ...)`` draws from the per-file 70/20/10 split of :mod:`.tasks`. With
+**Splits.** ``make_tasks(split, ...)`` draws from the split of :mod:`.tasks`: per file, 70/20/10, for the
+``default`` corpus; per repository, 60/20/20, for ``packages`` (``split_unit`` chooses explicitly). With
 ``holdout_repos=[...]``, ``train``/``validation`` use the other repositories only and ``test`` is every
 task of the held-out repositories (generalisation to an unseen code base). ``tasks_file`` replaces the
 generated tasks by a JSONL file (:func:`.tasks.save_tasks`); records without ``data.split`` get the
@@ -83,6 +90,7 @@ from reflect_trl.envs.auto_explore.corpus import (
     join_rel,
     load_corpus,
 )
+from reflect_trl.envs.auto_explore.packages import load_package_corpus
 from reflect_trl.envs.auto_explore.sandbox import RepoSandbox, display_dir, quote_name
 from reflect_trl.envs.auto_explore.tasks import (
     SPLIT_UNITS,
@@ -102,6 +110,8 @@ INVALID_COST = 2.0
 NO_ENTRIES = "(empty)"
 NO_HISTORY = "(none)"
 NO_RESULT = "(none)"
+#: The corpora ``AutoExploreEnv(corpus=...)`` knows (see the module docstring).
+CORPORA: tuple[str, ...] = ("default", "packages")
 
 _POOL_CACHE: dict[Any, Any] = {}
 _POOL_LOCK = threading.Lock()
@@ -154,11 +164,12 @@ class AutoExploreEnv(TextEnv):
         max_content_lines: int = 20,
         max_options: int = DEFAULT_MAX_OPTIONS,
         holdout_repos: Sequence[str] | None = None,
-        split_unit: str = "file",
+        split_unit: str | None = None,
         max_tasks_per_file: int = 3,
         filter_catted: bool = True,
         seed: int = 0,
         step_cost: float = STEP_COST,
+        corpus: str = "default",
     ) -> None:
         super().__init__(horizon=horizon)
         if step_cost < 0:
@@ -170,6 +181,14 @@ class AutoExploreEnv(TextEnv):
             raise ValueError(f"auto_explore: leaveout_prob must be in [0, 1), got {leaveout_prob}")
         if max_content_tokens < 1 or max_content_lines < 1:
             raise ValueError("auto_explore: max_content_tokens and max_content_lines must be >= 1")
+        if corpus not in CORPORA:
+            raise ValueError(f"auto_explore: corpus must be one of {CORPORA}, got {corpus!r}")
+        if corpus == "packages" and roots is not None:
+            raise ValueError(
+                "auto_explore: corpus='packages' is the pinned package corpus; it takes no roots "
+                "(use corpus='default' with roots for your own directories or packages)"
+            )
+        self.corpus_name = corpus
         if isinstance(roots, Mapping):
             roots = dict(roots)
         elif roots is not None and not isinstance(roots, str):
@@ -184,8 +203,15 @@ class AutoExploreEnv(TextEnv):
         if isinstance(holdout_repos, str):
             holdout_repos = [holdout_repos]
         self.holdout_repos = tuple(sorted(holdout_repos or ()))
+        if split_unit is None:
+            split_unit = "repo" if corpus == "packages" else "file"
         if split_unit not in SPLIT_UNITS:
             raise ValueError(f"auto_explore: split_unit must be one of {SPLIT_UNITS}, got {split_unit!r}")
+        if corpus == "packages" and split_unit != "repo":
+            raise ValueError(
+                f"auto_explore: corpus='packages' assigns whole repositories to splits (split_unit='repo'), so that "
+                f"no test repository is seen in training; got split_unit={split_unit!r}"
+            )
         self.split_unit = split_unit
         self.max_tasks_per_file = int(max_tasks_per_file)
         self.filter_catted = bool(filter_catted)
@@ -213,7 +239,10 @@ class AutoExploreEnv(TextEnv):
     @property
     def corpus(self) -> Corpus:
         if self._corpus is None:
-            self._corpus = load_corpus(self.roots, max_options=self.max_options)
+            if self.corpus_name == "packages":
+                self._corpus = load_package_corpus(max_options=self.max_options)
+            else:
+                self._corpus = load_corpus(self.roots, max_options=self.max_options)
             unknown = sorted(set(self.holdout_repos) - set(self._corpus.repos))
             if unknown:
                 raise ValueError(
@@ -607,6 +636,7 @@ class AutoExploreEnv(TextEnv):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         repo = state.pop("repo")
+        state.setdefault("corpus_name", "default")  # pickled before the corpus option existed
         self.__dict__.update(state)
         self._shared = _Shared()
         self._corpus = None
@@ -620,6 +650,7 @@ class AutoExploreEnv(TextEnv):
             "env": self.name,
             "settings": {
                 "horizon": self.horizon,
+                "corpus": self.corpus_name,
                 "roots": self.roots,
                 "tasks_file": self.tasks_file,
                 "holdout_repos": list(self.holdout_repos),

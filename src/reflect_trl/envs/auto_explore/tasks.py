@@ -23,8 +23,10 @@ target), ``kind``, ``topic`` (a short noun phrase for reflections), ``split``.
 
 **Splits.** Each task is assigned to ``train`` / ``validation`` / ``test`` (70/20/10) by a stable hash of
 its *target file* (``split_unit="file"``, the default: no test file is ever a training target) or of the
-question (``split_unit="question"``, the paper's per-query split). The assignment does not depend on any
-seed, so splits are disjoint whatever seeds ``make_tasks`` gets. The held-out-repository split is
+question (``split_unit="question"``, the paper's per-query split), or (60/20/20) by a stable hash of its
+*repository* name alone (``split_unit="repo"``, :func:`repo_split`: every task of a repository is in one split,
+so no test repository is ever seen in training; the ``packages`` corpus uses it). The assignment does not depend
+on any seed, so splits are disjoint whatever seeds ``make_tasks`` gets. The held-out-repository split is
 :func:`holdout_split` (used by ``AutoExploreEnv(holdout_repos=[...])``).
 
 **Teacher hook.** Any object with ``candidates(tree, path, text) -> list[Candidate]`` (the
@@ -53,7 +55,9 @@ from reflect_trl.envs.base import SPLITS, Task
 ENV_NAME = "auto_explore"
 STAGES: tuple[str, ...] = ("depth1", "depth2", "depth3")
 SPLIT_WEIGHTS: tuple[float, float, float] = (0.7, 0.2, 0.1)
-SPLIT_UNITS = ("file", "question")
+#: Whole repositories are coarse units: a larger held-out share keeps enough of them in validation and test.
+REPO_SPLIT_WEIGHTS: tuple[float, float, float] = (0.6, 0.2, 0.2)
+SPLIT_UNITS = ("file", "question", "repo")
 REQUIRED_DATA_FIELDS = ("question", "repo", "targets")
 #: Question generation reads whole files (the corpus filter already caps their size well below this).
 READ_WHOLE_FILE_BYTES = 4_000_000
@@ -82,17 +86,28 @@ def _stable_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def assign_split(repo: str, target: str, question: str, split_unit: str = "file") -> str:
-    """The split of a task (a pure function of its repository, target file and, per unit, question)."""
-    if split_unit not in SPLIT_UNITS:
-        raise ValueError(f"auto_explore: split_unit must be one of {SPLIT_UNITS}, got {split_unit!r}")
-    group = f"{repo}|{target}" if split_unit == "file" else f"{repo}|{target}|{question}"
-    u = _stable_unit(f"auto_explore-split|{group}")
-    if u < SPLIT_WEIGHTS[0]:
+def _split_of(u: float, weights: tuple[float, float, float]) -> str:
+    if u < weights[0]:
         return "train"
-    if u < SPLIT_WEIGHTS[0] + SPLIT_WEIGHTS[1]:
+    if u < weights[0] + weights[1]:
         return "validation"
     return "test"
+
+
+def repo_split(repo: str) -> str:
+    """The split of a whole repository (``split_unit="repo"``): a stable hash of its name, 60/20/20; it depends on
+    no seed and on no other repository."""
+    return _split_of(_stable_unit(f"auto_explore-repo-split|{repo}"), REPO_SPLIT_WEIGHTS)
+
+
+def assign_split(repo: str, target: str, question: str, split_unit: str = "file") -> str:
+    """The split of a task (a pure function of its repository and, per unit, target file and question)."""
+    if split_unit not in SPLIT_UNITS:
+        raise ValueError(f"auto_explore: split_unit must be one of {SPLIT_UNITS}, got {split_unit!r}")
+    if split_unit == "repo":
+        return repo_split(repo)
+    group = f"{repo}|{target}" if split_unit == "file" else f"{repo}|{target}|{question}"
+    return _split_of(_stable_unit(f"auto_explore-split|{group}"), SPLIT_WEIGHTS)
 
 
 # -- candidates --------------------------------------------------------------------------------------------
