@@ -13,7 +13,9 @@ epochs over one rollout batch, checkpointing and logging -- and overrides a few 
   turns of its gradient-accumulation window on all processes;
 * ``compute_loss``: the objective of ``rl_math`` (clipped surrogate, exact KL over the options, entropy bonus,
   clipped value loss for ``gae``, the reflection player's token loss with ``train_reflection``), each term a window
-  mean (``rl_math.window_mean``), so the gradient is the same on one process or many and for any accumulation;
+  mean (``rl_math.window_mean``), so the gradient is the same on one process or many and for any accumulation; the
+  reflection's own reward, its oracle targets and metrics live in
+  :class:`~reflect_trl.trainers.reflection_reward.ReflectionRewardMixin`;
 * ``evaluate`` (:class:`~reflect_trl.trainers.rl_evaluation.GreedyEvaluationMixin`): greedy held-out episodes;
 * ``create_optimizer`` / ``create_scheduler`` (:mod:`~reflect_trl.trainers.signal_guard`): with
   ``skip_no_signal_steps``, no optimizer or scheduler step on a window without a non-zero advantage;
@@ -30,7 +32,6 @@ import json
 import os
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from reflect_trl import rl_math
 from reflect_trl.action_head import OptionForward, OptionHead
 from reflect_trl.batching import checkpointing_drops_cache, unpad_left
 from reflect_trl.envs import Task, get_env_class, make_env
-from reflect_trl.prompts import recommended_action, resolve_option_labels, with_stop
+from reflect_trl.prompts import resolve_option_labels
 from reflect_trl.reflection.cache import with_reflection_cache
 from reflect_trl.reflection.player import ReflectionPlayer, make_reflection_player
 from reflect_trl.reflection.remote import ReflectionServerError
@@ -58,6 +59,7 @@ from reflect_trl.trainers.paper import REFLECT_RL_PAPER
 from reflect_trl.trainers.progress_callback import use_reflect_progress
 from reflect_trl.trainers.ref_logps_memo import RefLogpsMemo, turn_key
 from reflect_trl.trainers.reflection_learner import ReflectionLearner
+from reflect_trl.trainers.reflection_reward import ReflectionRewardMixin
 from reflect_trl.trainers.replay import ReplayBuffer, ReplayTurn
 from reflect_trl.trainers.rl_config import ReflectPPOConfig
 from reflect_trl.trainers.rl_evaluation import GreedyEvaluationMixin
@@ -81,7 +83,12 @@ def local_model_dir(model) -> str | None:
 
 
 class ReflectPPOTrainer(
-    GreedyEvaluationMixin, RolloutLoggingMixin, SignalSkipMixin, TrainingStateMixin, GRPOTrainer
+    GreedyEvaluationMixin,
+    RolloutLoggingMixin,
+    ReflectionRewardMixin,
+    SignalSkipMixin,
+    TrainingStateMixin,
+    GRPOTrainer,
 ):
     """Online RL of the policy in a text environment, with a reflection model (optional)."""
 
@@ -183,13 +190,7 @@ class ReflectPPOTrainer(
         )
         # What the environment's oracle adds to the rollouts: every state's optimal moves (the reflection metrics;
         # the verified reward) and the oracle reflector's text (reflection_objective oracle_sft).
-        probe = self._probe_env(self.tasks.pools[self.tasks.curriculum.stage][0])
-        self._records_optimal = self.reflection is not None and self._tells_optimal(probe)
-        self._state_keys = self._has_state_keys(probe)
-        self._teacher = None
-        self._oracle_labels = 0  # oracle-labelled reflection turns trained on, all processes
-        if self.reflection_learner is not None:
-            self._check_reflection_oracle(probe)
+        self._setup_reflection_oracle(self.tasks.pools[self.tasks.curriculum.stage][0])
         rank = self.accelerator.process_index
         self.replay = ReplayBuffer(args.replay_buffer_size or 1, seed=derive_seed(args.seed, "replay", rank))
         # reference tables of turns seen before (the reference is frozen unless sync_ref_model)
@@ -266,51 +267,6 @@ class ReflectPPOTrainer(
             env.state_key()
         except NotImplementedError as err:
             raise ValueError(f"advantage_estimator='gigpo': {err}") from None
-
-    def _probe_env(self, task: Task):
-        env = make_env(self.args.env_name, **(self.args.env_kwargs or {}))
-        env.reset(task=task)
-        return env
-
-    @staticmethod
-    def _tells_optimal(env) -> bool:
-        try:
-            env.optimal_actions()
-        except (NotImplementedError, RuntimeError):
-            return False
-        return True
-
-    @staticmethod
-    def _has_state_keys(env) -> bool:
-        try:
-            env.state_key()
-        except NotImplementedError:
-            return False
-        return True
-
-    def _check_reflection_oracle(self, env) -> None:
-        """``reflection_reward`` verified / mixed needs the environment's optimal moves, ``oracle_sft`` its oracle
-        reflector: fail at start-up, naming the environment, when it has none."""
-        args = self.args
-        if args.reflection_objective == "oracle_sft":
-            from reflect_trl.reflection import get_oracle_reflector
-
-            try:
-                self._teacher = get_oracle_reflector(args.env_name)
-            except KeyError as err:
-                raise ValueError(f"reflection_objective='oracle_sft': {err.args[0]}") from None
-            if not self._tells_optimal(env):
-                raise ValueError(
-                    f"reflection_objective='oracle_sft' needs the oracle of environment {args.env_name!r} "
-                    "(TextEnv.oracle_action): it has none"
-                )
-        elif args.reflection_reward != "advantage" and not self._tells_optimal(env):
-            raise ValueError(
-                f"reflection_reward={args.reflection_reward!r} rewards a reflection that names an optimal move, but "
-                f"environment {args.env_name!r} cannot tell its optimal actions (TextEnv.optimal_actions / "
-                "oracle_action raise NotImplementedError); use reflection_reward='advantage' "
-                "(`reflect-trl check-env` reports whether an environment supports 'verified')"
-            )
 
     def _reflection_player(self, temperature: float) -> ReflectionPlayer | None:
         """A player of the reflection model at ``temperature`` (None when the run has no reflection)."""
@@ -449,73 +405,7 @@ class ReflectPPOTrainer(
         rows = rl_batch.episode_rows(episodes, estimated.advantages, estimated.value_targets)
         advantages = rl_math.finalize_advantages([r.advantage for r in rows], args.whiten_advantages)
         rows = rl_batch.with_advantages(rows, advantages)
-        verified = self._reflection_metrics(episodes)
-        if self.reflection_learner is None:
-            return rows
-        turns = [t for ep in episodes for t in ep.turns]
-        labelled = 0
-        if args.reflection_objective == "oracle_sft":
-            tokenizer = self.reflection_learner.tokenizer
-            targets = [
-                tokenizer(with_stop(t.teacher_reflection or ""), add_special_tokens=False)["input_ids"]
-                if t.reflection_ids
-                else []
-                for t in turns
-            ]
-            rows = [replace(r, teacher_ids=tuple(ids)) for r, ids in zip(rows, targets, strict=True)]
-            labelled = sum(1 for ids in targets if ids)
-        elif args.reflection_reward != "advantage":
-            keys = [t.state_key if self._state_keys else t.state_text for t in turns]
-            groups = [ep.group for ep in episodes for _ in ep.turns]
-            verified_adv, grouped = rl_math.state_group_advantages(
-                verified, groups, keys, args.scale_rewards, args.scale_std_floor
-            )
-            self._metrics["train"]["reflection/verified_grouped_share"].append(grouped)
-            mixed = rl_math.reflection_advantages(
-                args.reflection_reward, advantages, verified_adv, args.reflection_verified_weight
-            )
-            rows = [replace(r, reflection_advantage=a) for r, a in zip(rows, mixed, strict=True)]
-            labelled = sum(1 for t in turns if t.reflection_ids)
-        if args.reflection_objective == "oracle_sft" or args.reflection_reward != "advantage":
-            total = self.accelerator.reduce(
-                torch.tensor(float(labelled), device=self.accelerator.device), "sum"
-            )
-            self._oracle_labels += int(total.item())
-        return rows
-
-    def _reflection_metrics(self, episodes: list[Episode]) -> list[float]:
-        """Log what the rollout's reflections name (``reflection/optimal_named_share``: an optimal move,
-        ``reflection/no_move_share``: none; over all processes) and how much they depend on the state
-        (``reflection/distinct_per_state``: distinct reflections over distinct states, this process: a template
-        collapse drives it towards 1 / states); return every turn's verified reward v_t (``rl_math`` section 4; empty
-        where the rollout records no optimal moves)."""
-        if not self._records_optimal:  # the same on every process: the collective below runs on all or none
-            return []
-        turns = [t for ep in episodes for t in ep.turns if t.reflection is not None]
-        named = [recommended_action(t.reflection, t.actions) for t in turns]
-        verified = rl_math.verified_reflection_rewards(
-            named, [t.optimal_actions for t in turns], self.args.reflection_no_move_penalty
-        )
-        counts = torch.tensor(
-            [
-                float(
-                    sum(m is not None and m in t.optimal_actions for m, t in zip(named, turns, strict=True))
-                ),
-                float(sum(m is None for m in named)),
-                float(len(turns)),
-            ],
-            device=self.accelerator.device,
-        )
-        optimal, none, n = self.accelerator.reduce(counts, "sum").tolist()
-        metrics = self._metrics["train"]
-        metrics["reflection/optimal_named_share"].append(optimal / max(n, 1.0))
-        metrics["reflection/no_move_share"].append(none / max(n, 1.0))
-        states = {t.state_key if self._state_keys else t.state_text for t in turns}
-        metrics["reflection/distinct_per_state"].append(
-            len({t.reflection for t in turns}) / max(len(states), 1)
-        )
-        # every turn of every episode, in row order (turns without a reflection: none here, every turn reads one)
-        return verified
+        return self._with_reflection_targets(rows, episodes, advantages)
 
     def _replay(self, episodes: list[Episode]) -> list[rl_batch.TurnRow]:
         """The paper's self-imitation replay: stored successful turns join the batch with the constant advantage
@@ -747,15 +637,6 @@ class ReflectPPOTrainer(
         if terms.kl is not None:
             columns["kl"] = terms.kl
         self._log_means({f"reflection/{k}": (v, mask) for k, v in columns.items()})
-        return loss
-
-    def _reflection_sft_loss(self, inputs) -> torch.Tensor:
-        """``reflection_objective: oracle_sft``: the oracle reflection's NLL (``rl_math`` section 4, L^S_t), a window
-        mean over the turns with a target (no KL term: supervised towards the oracle, as the SFT warm-up)."""
-        per_turn = self.reflection_learner.sft_losses(inputs)
-        mask = inputs["turn_mask"] * (inputs["teacher_token_mask"].sum(-1) > 0).float()
-        loss = rl_math.window_mean(per_turn, mask, inputs["window_turns"], self.accelerator.num_processes)
-        self._log_means({"reflection/sft_nll": (per_turn.detach(), mask)})
         return loss
 
     def create_model_card(
