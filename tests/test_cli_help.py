@@ -65,10 +65,7 @@ def test_rl_help_is_grouped_and_names_the_recipes_values(capsys):
         assert f"  {option} " in text, option
     flat = " ".join(text.split())
     # the defaults that differ from the shipped recipes say so
-    assert (
-        "(default: 1.0; recipes: 0.0 (every CPU recipe, taxi); 1.0 (alfworld, auto_explore, textworld))"
-        in flat
-    )
+    assert "(default: 1.0; recipes: 0.0 (every GPU recipe, every CPU recipe))" in flat
     assert "0.001 (taxi/cpu)" in flat and "0.0005 (lock_puzzle)" in flat  # learning_rate
     # advantage_estimator: every shipped recipe uses the default, so no recipe value is named
     assert "reinforce | rloo | gae | gigpo (reflect_trl.rl_math) (default: gigpo)" in flat
