@@ -156,6 +156,10 @@ def test_the_frozen_player_run_logs_the_reflection_metrics_too(tiny_model_dir, t
         sum(t.reflection == NAMING[3] for ep in episodes for t in ep.turns) / n
     )
     assert 0.0 < trainer._metrics["train"]["reflection/optimal_named_share"][-1] < 1.0
+    turns = [t for ep in episodes for t in ep.turns]  # rloo records no state keys: states by their text
+    assert trainer._metrics["train"]["reflection/distinct_per_state"][-1] == pytest.approx(
+        len({t.reflection for t in turns}) / len({t.state_text for t in turns})
+    )
     assert trainer._oracle_labels == 0
 
 

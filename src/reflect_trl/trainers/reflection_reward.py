@@ -148,7 +148,8 @@ class ReflectionRewardMixin:
         metrics = self._metrics["train"]
         metrics["reflection/optimal_named_share"].append(optimal / max(n, 1.0))
         metrics["reflection/no_move_share"].append(none / max(n, 1.0))
-        states = {t.state_key if self._state_keys else t.state_text for t in turns}
+        # the state key where the rollout recorded one (gigpo, verified), else the observation text
+        states = {t.state_key if t.state_key is not None else t.state_text for t in turns}
         metrics["reflection/distinct_per_state"].append(
             len({t.reflection for t in turns}) / max(len(states), 1)
         )
