@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from reflect_trl.envs import SPLITS, Observation, StepResult, Task, TextEnv, spl
 from reflect_trl.envs.check import (
     FAIL,
     INFO,
+    OPTION_LOOKUP_STUDY,
     PASS,
     RANDOM_TOO_EASY,
     SKIP,
@@ -144,6 +146,7 @@ def test_the_shipped_environments_keep_the_contract(monkeypatch):
     assert taxi.ok, taxi.lines()
     assert statuses(taxi)["disjoint splits"] == WARN and "taxi's dropoff" in detail(taxi, "disjoint splits")
     assert {statuses(taxi)[name] for name in ("options", INFO, "random policy")} == {PASS}, taxi.lines()
+    assert taxi.facts["distinct_option_lists"] == 1  # six moves, always in the same order
 
 
 class NoSuperInit(Walk):
@@ -218,6 +221,11 @@ class FlickeringOptions(ReorderedOptions):  # "wait" is offered in every other e
 class SetOrderedOptions(ReorderedOptions):  # the same order within a process, another one in the next process
     def options(self):
         return tuple({*ACTIONS})
+
+
+class ParityOptions(ReorderedOptions):  # "wait" only on even cells: the option list changes with the state
+    def options(self):
+        return ACTIONS if self.position % 2 == 0 else ACTIONS[:2]
 
 
 class SplitBlind(Walk):  # every split gets the train tasks under its own ids: test = train
@@ -335,6 +343,20 @@ def test_options_that_change_order_between_replays_of_one_state_fail(env, words)
     assert statuses(report)["options"] == FAIL, report.lines()
     assert words in detail(report, "options")
     assert "task 'walk-train-near-0' (train, near)" in detail(report, "options")
+
+
+def test_the_options_check_says_whether_a_policy_must_look_its_option_up_in_context():
+    fixed, varying = check(), check(ParityOptions)
+    assert fixed.facts["distinct_option_lists"] == 1
+    assert "one option list at every decision point (each move keeps its label)" in detail(fixed, "options")
+    assert statuses(varying)["options"] == PASS, varying.lines()
+    assert varying.facts["distinct_option_lists"] == 2
+    text = detail(varying, "options")
+    assert re.search(
+        r"2 different option lists over \d+ decision points: the policy must find the move", text
+    )
+    assert "tiny self-built models did not learn that lookup, use a pretrained model" in text
+    assert (Path(__file__).parents[2] / OPTION_LOOKUP_STUDY).is_file()
 
 
 def test_options_stay_in_process_for_a_class_a_fresh_process_cannot_import():

@@ -75,6 +75,8 @@ from reflect_trl.envs.check_semantics import SemanticChecks
 RANDOM_TOO_EASY = 0.75
 #: ``PYTHONHASHSEED`` values of the processes that replay the options (the check compares them with this process).
 HASH_SEEDS = (1, 2)
+#: The measurement behind the option-lookup note of the options check.
+OPTION_LOOKUP_STUDY = "docs/studies/2026-12-07_textworld_settings.md"
 _OPTIONS_HINT_ORDER = (
     "options must not depend on set/dict iteration order or an unseeded RNG (build them in a fixed order)"
 )
@@ -377,7 +379,9 @@ class _Checker(SemanticChecks):
         steps = sum(len(lists) for *_, lists in walks)
         detail = f"{len(walks)} tasks x {steps} decision points: the same options in the same order after a second reset and in a fresh instance"
         note = self._options_in_processes(walks)
-        return PASS, detail + note
+        distinct = {tuple(options) for *_, lists in walks for options in lists}
+        self.report.facts["distinct_option_lists"] = len(distinct)
+        return PASS, f"{detail}{note}; {option_lists_note(len(distinct), steps)}"
 
     def _options_in_processes(self, walks: list[tuple[str, Task, list[int], list[list[str]]]]) -> str:
         """Replay the walks in fresh processes with other ``PYTHONHASHSEED`` values; raises on a difference, returns
@@ -669,6 +673,17 @@ class _Checker(SemanticChecks):
                 "few problems to split (taxi's dropoff: 12 start states)"
             )
         return PASS, "no problem is shared by train, validation and test (among the tasks played)"
+
+
+def option_lists_note(distinct: int, decision_points: int) -> str:
+    """What the variety of option lists asks of the policy: a fixed label per move, or an in-context lookup."""
+    if distinct <= 1:
+        return "one option list at every decision point (each move keeps its label)"
+    return (
+        f"{distinct} different option lists over {decision_points} decision points: the policy must find the move "
+        f"its reflection names in the list (an in-context lookup); the tiny self-built models did not learn that "
+        f"lookup, use a pretrained model ({OPTION_LOOKUP_STUDY})"
+    )
 
 
 def _replay_options(env: TextEnv, task: Task, actions: Sequence[int]) -> tuple[list[list[str]], bool]:

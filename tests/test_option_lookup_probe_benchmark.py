@@ -1,0 +1,76 @@
+"""benchmarks/option_lookup_probe.py: the dataset variants it trains on (no SFT run here)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from _benchmarks import load_benchmark
+from reflect_trl.prompts import build_prompt
+
+probe = load_benchmark("option_lookup_probe")
+ACTIONS = ["go north", "go south", "take key", "open door", "look"]
+
+
+def row(split: str, target: int, reflection: str = 'I should "take key" now.') -> dict:
+    prompt = build_prompt("You are in a hall.", ACTIONS, reflection).text
+    return {"split": split, "prompt": prompt, "completion": "ABCDE"[target], "num_options": len(ACTIONS)}
+
+
+def answer(r: dict) -> str:
+    """The option text the row's label points at."""
+    _, options, _ = probe.split_prompt(r["prompt"])
+    return options["ABCDE".index(r["completion"])]
+
+
+@pytest.fixture
+def rows() -> list[dict]:
+    return [row("train", 2), row("train", 0, 'Go "go north".'), row("validation", 2)]
+
+
+def test_split_and_render_give_back_the_prompt_exactly(rows):
+    for r in rows:
+        assert probe.render(*probe.split_prompt(r["prompt"])) == r["prompt"]
+    assert probe.split_prompt(rows[0]["prompt"])[1] == ACTIONS
+
+
+def test_keep_leaves_every_row_as_it_is(rows):
+    out = probe.variant_rows(rows, "keep", copies=3, seed=0)
+    assert out["train"] == rows[:2] and out["validation"] == rows[2:]
+
+
+def test_shuffle_moves_each_label_with_its_option(rows):
+    out = probe.variant_rows(rows, "shuffle", copies=3, seed=0)
+    assert [len(out["train"]), len(out["validation"])] == [2, 1]
+    shuffled = out["train"] + out["validation"]
+    assert [answer(r) for r in shuffled] == ["take key", "go north", "take key"]
+    assert all(sorted(probe.split_prompt(r["prompt"])[1]) == sorted(ACTIONS) for r in shuffled)
+    orders = {
+        tuple(probe.split_prompt(r["prompt"])[1])
+        for r in probe.variant_rows(rows * 10, "shuffle", 0, 1)["train"]
+    }
+    assert len(orders) > 1  # the order really changes from row to row
+
+
+def test_augment_adds_shuffled_copies_of_train_rows_only(rows):
+    out = probe.variant_rows(rows, "augment", copies=3, seed=0)
+    assert len(out["train"]) == 2 * (1 + 3) and out["validation"] == rows[2:]
+    assert [answer(r) for r in out["train"]] == ["take key"] * 4 + ["go north"] * 4
+    assert out["train"][0] == rows[0]
+
+
+def test_no_state_keeps_only_the_reflection_and_the_options(rows):
+    out = probe.variant_rows(rows, "no_state", copies=2, seed=0)
+    assert [len(out["train"]), len(out["validation"])] == [4, 1]
+    for r in out["train"] + out["validation"]:
+        assert r["prompt"].startswith("# Reflection:\n") and "You are in a hall" not in r["prompt"]
+    assert answer(out["validation"][0]) == "take key"
+
+
+def test_variants_are_seeded(rows):
+    first, again = (probe.variant_rows(rows, "augment", 4, seed=7) for _ in range(2))
+    assert first == again
+    assert probe.variant_rows(rows, "augment", 4, seed=8) != first
+    random.seed(0)  # the module's draws do not come from the global RNG
+    assert probe.variant_rows(rows, "augment", 4, seed=7) == first
