@@ -681,8 +681,8 @@ def option_lists_note(distinct: int, decision_points: int) -> str:
         return "one option list at every decision point (each move keeps its label)"
     return (
         f"{distinct} different option lists over {decision_points} decision points: the policy must find the move "
-        f"its reflection names in the list (an in-context lookup); the tiny self-built models did not learn that "
-        f"lookup, use a pretrained model ({OPTION_LOOKUP_STUDY})"
+        f"its reflection names in the list (an in-context lookup), which the tiny self-built models did not learn; "
+        f"a pretrained model may ({OPTION_LOOKUP_STUDY})"
     )
 
 
