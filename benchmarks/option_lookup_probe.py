@@ -91,10 +91,10 @@ def main() -> None:
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--output_dir", default="outputs/option_lookup_probe")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "sft_args", nargs=argparse.REMAINDER, help="more `reflect-trl sft` arguments after --"
-    )
-    args = parser.parse_args()
+    parser.epilog = "Arguments after a lone -- go to every `reflect-trl sft` run (e.g. -- --use_peft true)."
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1 :]
 
     from datasets import Dataset, DatasetDict
 
@@ -110,7 +110,6 @@ def main() -> None:
         DatasetDict({name: Dataset.from_list(v) for name, v in splits.items()}).save_to_disk(
             str(folder / "data")
         )
-        extra = [a for a in args.sft_args if a != "--"]
         command = [
             sys.executable, "-m", "reflect_trl.cli", "sft", "--role", "policy",
             "--model_name_or_path", args.model, "--dataset_path", str(folder / "data"),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
+import re
+import sys
 
 import pytest
 
@@ -74,3 +77,23 @@ def test_variants_are_seeded(rows):
     assert probe.variant_rows(rows, "augment", 4, seed=8) != first
     random.seed(0)  # the module's draws do not come from the global RNG
     assert probe.variant_rows(rows, "augment", 4, seed=7) == first
+
+
+@pytest.mark.slow
+def test_the_probe_fine_tunes_each_variant_and_prints_its_option_accuracy(
+    tiny_llama_dir, tmp_path, monkeypatch, capsys
+):
+    rows = [row("train", i % 5) for i in range(8)] + [row("validation", 2) for _ in range(4)]
+    data = tmp_path / "policy_reflect.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "probe"
+    argv = [str(data), "--model", tiny_llama_dir, "--variants", "keep", "shuffle", "--steps", "2"]
+    sft_args = ["--", "--per_device_train_batch_size", "4"]  # after a lone --: passed on to every sft run
+    monkeypatch.setattr(sys, "argv", ["option_lookup_probe.py", *argv, "--output_dir", str(out), *sft_args])
+    probe.main()
+    table = capsys.readouterr().out
+    assert "(chance 20.0 %)" in table
+    for variant in ("keep", "shuffle"):
+        metrics = json.loads((out / variant / "run" / "sft_metrics.json").read_text())
+        assert re.search(rf"\| {variant} \| 8 \| {100 * metrics['eval_option_accuracy']:.1f} % \|", table)
+        assert "`per_device_train_batch_size`: 4" in (out / variant / "run" / "README.md").read_text()
