@@ -121,7 +121,8 @@ def main() -> None:
         ]  # fmt: skip
         print(f"[probe] {variant}: {len(splits['train'])} train rows, sft {args.steps} steps", flush=True)
         with open(folder / "sft.log", "w") as log:
-            subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+            if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                sys.exit(f"[probe] the sft run of variant {variant!r} failed: see {folder / 'sft.log'}")
         metrics = json.loads((folder / "run" / "sft_metrics.json").read_text())
         results.append(
             (variant, len(splits["train"]), metrics["eval_option_accuracy"], metrics["eval_option_nll"])

@@ -97,3 +97,15 @@ def test_the_probe_fine_tunes_each_variant_and_prints_its_option_accuracy(
         metrics = json.loads((out / variant / "run" / "sft_metrics.json").read_text())
         assert re.search(rf"\| {variant} \| 8 \| {100 * metrics['eval_option_accuracy']:.1f} % \|", table)
         assert "`per_device_train_batch_size`: 4" in (out / variant / "run" / "README.md").read_text()
+
+
+def test_a_failed_sft_run_stops_the_probe_naming_its_log(tmp_path, monkeypatch):
+    data = tmp_path / "policy_reflect.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [row("train", 0), row("validation", 2)]))
+    missing = str(tmp_path / "no-such-model")
+    out = tmp_path / "probe"
+    argv = [str(data), "--model", missing, "--variants", "keep", "--steps", "1", "--output_dir", str(out)]
+    monkeypatch.setattr(sys, "argv", ["option_lookup_probe.py", *argv])
+    with pytest.raises(SystemExit, match=re.escape(f"variant 'keep' failed: see {out / 'keep' / 'sft.log'}")):
+        probe.main()
+    assert "no-such-model" in (out / "keep" / "sft.log").read_text()
