@@ -27,10 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, OPTIONS_HEADER
+from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, OPTIONS_HEADER, REFLECTION_HEADER
 
 VARIANTS = ("keep", "shuffle", "augment", "no_state")
-REFLECTION_HEADER = "# Reflection:\n"
 
 
 def split_prompt(prompt: str) -> tuple[str, list[str], str]:
