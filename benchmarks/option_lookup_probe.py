@@ -27,17 +27,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, OPTIONS_HEADER, REFLECTION_HEADER
+from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, OPTIONS_HEADER, REFLECTION_HEADER, prompt_options
 
 VARIANTS = ("keep", "shuffle", "augment", "no_state")
 
 
 def split_prompt(prompt: str) -> tuple[str, list[str], str]:
     """(text before the options block, the options' texts, text after the action cue)."""
-    head, rest = prompt.split(OPTIONS_HEADER, 1)
-    block, tail = rest.split(ACTION_CUE, 1)
-    options = [line.split(". ", 1)[1] for line in block.strip("\n").split("\n")]
-    return head, options, tail
+    head, rest = prompt.rsplit(OPTIONS_HEADER, 1)
+    return head, list(prompt_options(prompt)), rest.split(ACTION_CUE, 1)[1]
 
 
 def render(head: str, options: list[str], tail: str) -> str:

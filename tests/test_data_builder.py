@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -201,6 +202,22 @@ def test_shuffled_options_keep_the_label_on_the_oracle_action(tmp_path):
     rows = generated["policy_reflect"]["train"]
     assert any(r["option_index"] != r["action_index"] for r in rows)
     replay_rows(LineWorldEnv(), with_seed_base(rows, config.seed), shuffled=True)
+
+
+def test_card_says_whether_the_option_list_changes_between_prompts(toy_build, tmp_path):
+    _, result, root = toy_build
+    prompts = len(result["policy_reflect"]["train"]) + len(result["policy_reflect"]["validation"])
+    fixed = (root / "line_world" / "README.md").read_text()
+    assert (
+        f"## Options\n\none option list over all {prompts} policy prompts (each move keeps its label)."
+        in fixed
+    )
+    build_toy(tmp_path, shuffle_options=True)
+    shuffled = (tmp_path / "line_world" / "README.md").read_text()
+    assert re.search(
+        r"\n(\d+) different option lists over \d+ policy prompts: the policy must find the move", shuffled
+    )
+    assert int(re.search(r"(\d+) different option lists", shuffled).group(1)) > 1
 
 
 def test_custom_labels(tmp_path):

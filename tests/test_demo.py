@@ -575,3 +575,21 @@ def test_the_reflection_reward_arms_and_their_controls_are_configurations(tmp_pa
     assert float(value("sft_reflection_label_matched", "--learning_rate")) == cfg.rl_reflection_learning_rate
     assert value("sft_reflection_label_matched", "--lr_scheduler_type") == "constant"
     assert needed_runs(cfg).index(LABEL_MATCHED_TO) < needed_runs(cfg).index("sft_reflection_label_matched")
+
+
+def test_the_demo_warns_when_the_policy_data_changes_its_option_list(capsys):
+    from reflect_trl.pipelines.demo import _Progress, warn_if_options_change
+    from reflect_trl.prompts import build_prompt
+
+    fixed = build_prompt("s", ("go left", "go right"), "Go right.").text
+    other = build_prompt("s", ("go right", "go left"), "Go right.").text
+    warn_if_options_change(
+        {"train": {"prompt": [fixed, fixed]}, "validation": {"prompt": [fixed]}}, _Progress()
+    )
+    assert capsys.readouterr().out == ""
+    warn_if_options_change(
+        {"train": {"prompt": [fixed, other]}, "validation": {"prompt": [other]}}, _Progress()
+    )
+    out = capsys.readouterr().out
+    assert "WARNING the policy data shows 2 different option lists over 3 policy prompts" in out
+    assert "which the tiny self-built models did not learn" in out

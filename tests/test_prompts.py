@@ -13,9 +13,11 @@ from reflect_trl.prompts import (
     STOP_MARKER,
     build_prompt,
     clean_reflection,
+    count_option_lists,
     label_token_ids,
     option_order,
     options_block,
+    prompt_options,
     reflection_prompt,
     with_stop,
 )
@@ -150,6 +152,18 @@ def test_seeded_shuffle_is_deterministic_and_consistent():
 def test_no_shuffle_is_identity():
     assert option_order(4, None) == (0, 1, 2, 3)
     assert options_block(["x", "y"], ["A", "B"], [1, 0]) == "# Options:\nA. y\nB. x\n# Action:\n"
+
+
+def test_prompt_options_reads_back_the_shown_options_and_counts_distinct_lists():
+    fixed = build_prompt(STATE, TAXI_ACTIONS, "Next I will move north.")
+    shuffled = build_prompt(STATE, TAXI_ACTIONS, "Next I will move north.", shuffle_seed=123)
+    assert prompt_options(fixed.text) == TAXI_ACTIONS
+    assert prompt_options(shuffled.text) == tuple(TAXI_ACTIONS[a] for a in shuffled.order)
+    assert prompt_options(build_prompt(STATE, ("go to the 2. door",)).text) == ("go to the 2. door",)
+    assert count_option_lists([fixed.text, fixed.text]) == 1
+    assert count_option_lists([fixed.text, shuffled.text, build_prompt(STATE, TAXI_ACTIONS[:3]).text]) == 3
+    with pytest.raises(ValueError, match="not a policy prompt"):
+        prompt_options(STATE)
 
 
 def test_too_many_actions_and_no_actions_error():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import random
 import string
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +155,23 @@ def option_order(num_actions: int, shuffle_seed: int | None) -> tuple[int, ...]:
 def options_block(actions: Sequence[str], labels: Sequence[str], order: Sequence[int]) -> str:
     lines = [f"{labels[i]}. {actions[a]}" for i, a in enumerate(order)]
     return OPTIONS_HEADER + "\n".join(lines) + "\n" + ACTION_CUE
+
+
+def prompt_options(prompt: str) -> tuple[str, ...]:
+    """The options' texts of a policy prompt, in the order shown (labels removed): the inverse of
+    :func:`options_block`."""
+    _, header, rest = prompt.rpartition(OPTIONS_HEADER)
+    block, cue, _ = rest.partition(ACTION_CUE)
+    if not header or not cue:
+        raise ValueError(
+            f"not a policy prompt: no {OPTIONS_HEADER.strip()!r} ... {ACTION_CUE.strip()!r} block"
+        )
+    return tuple(line.split(". ", 1)[1] if ". " in line else line for line in block.strip("\n").split("\n"))
+
+
+def count_option_lists(prompts: Iterable[str]) -> int:
+    """How many different option lists (texts and order) ``prompts`` show: 1 when every move keeps its label."""
+    return len({prompt_options(prompt) for prompt in prompts})
 
 
 def build_prompt(

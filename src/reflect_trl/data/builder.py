@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_trl.config_lists import parse_list
-from reflect_trl.data.card import dataset_card, length_stats, load_length_tokenizer
+from reflect_trl.data.card import dataset_card, length_stats, load_length_tokenizer, option_lists_summary
 from reflect_trl.data.io import DATASET_NAMES, METADATA_COLUMNS, SPLIT_COLUMN, SPLIT_NAMES, write_jsonl
 from reflect_trl.data.trajectories import StepRecord, play_trajectory
 from reflect_trl.envs import OracleUnavailableError, Task, TextEnv, make_env
@@ -411,6 +411,7 @@ def build_datasets(config: DataBuilderConfig, env: TextEnv | None = None, reflec
     write_option_labels(out, config.labels)
     logger.info("wrote %s data sets to %s", len(DATASET_NAMES), out)
     logger.info("%s", lengths.summary())
+    logger.info("options: %s", option_lists_summary(rows))
     return result
 
 

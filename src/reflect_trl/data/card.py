@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from reflect_trl.data.io import DATASET_NAMES, METADATA_COLUMNS, SPLIT_NAMES
-from reflect_trl.prompts import LABELS_FILE, STOP_MARKER
+from reflect_trl.prompts import LABELS_FILE, STOP_MARKER, count_option_lists
 
 if TYPE_CHECKING:
     from reflect_trl.data.builder import BuildStats, DataBuilderConfig
@@ -88,6 +88,14 @@ def load_length_tokenizer(config: DataBuilderConfig):
     from reflect_trl.models import load_tokenizer
 
     return load_tokenizer(config.tokenizer_name_or_path)
+
+
+def option_lists_summary(rows: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    """How many different option lists the policy prompts show, and what that asks of the policy (one line)."""
+    from reflect_trl.envs.check import option_lists_note
+
+    prompts = [r["prompt"] for split in SPLIT_NAMES for r in rows["policy_reflect"][split]]
+    return option_lists_note(count_option_lists(prompts), len(prompts), over="policy prompts")
 
 
 # -- data card -----------------------------------------------------------------------------------------------
@@ -189,6 +197,7 @@ def dataset_card(
             "--tokenizer_name_or_path <your model>` counts them."
         ),
     ]
+    lines += ["", "## Options", "", option_lists_summary(rows) + "."]
     lines += [
         "",
         "## Files",

@@ -675,12 +675,13 @@ class _Checker(SemanticChecks):
         return PASS, "no problem is shared by train, validation and test (among the tasks played)"
 
 
-def option_lists_note(distinct: int, decision_points: int) -> str:
-    """What the variety of option lists asks of the policy: a fixed label per move, or an in-context lookup."""
+def option_lists_note(distinct: int, count: int, over: str = "decision points") -> str:
+    """What the variety of option lists asks of the policy: a fixed label per move, or an in-context lookup.
+    ``count`` is the number of ``over`` (decision points of a walk, policy prompts of a data set) looked at."""
     if distinct <= 1:
-        return "one option list at every decision point (each move keeps its label)"
+        return f"one option list over all {count} {over} (each move keeps its label)"
     return (
-        f"{distinct} different option lists over {decision_points} decision points: the policy must find the move "
+        f"{distinct} different option lists over {count} {over}: the policy must find the move "
         f"its reflection names in the list (an in-context lookup), which the tiny self-built models did not learn; "
         f"a pretrained model may ({OPTION_LOOKUP_STUDY})"
     )

@@ -240,10 +240,27 @@ def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path]:
         base = base_model(cfg, out / "models")
 
     with progress.step(f"2/5 {cfg.env_name} data with negative examples"):
-        build_datasets(data_builder_config(cfg, out / "data"))
+        datasets = build_datasets(data_builder_config(cfg, out / "data"))
+        warn_if_options_change(datasets["policy_reflect"], progress)
         if cfg.rl_tasks == "disjoint":
             write_rl_tasks(cfg, out / "data" / cfg.env_name / "rl_tasks.jsonl")
     return base, out / "data" / cfg.env_name
+
+
+def warn_if_options_change(policy_data, progress: _Progress) -> None:
+    """The demo's tiny models learn a fixed label per move but not to look a move up in a list that changes with
+    the state (measured in the study that ``option_lists_note`` names): say so before an hour of training."""
+    from reflect_trl.envs.check import option_lists_note
+    from reflect_trl.prompts import count_option_lists
+
+    prompts = [prompt for split in policy_data.values() for prompt in split["prompt"]]
+    distinct = count_option_lists(prompts)
+    if distinct > 1:
+        print(
+            f"[demo {progress.elapsed()}] WARNING the policy data shows "
+            f"{option_lists_note(distinct, len(prompts), over='policy prompts')}",
+            flush=True,
+        )
 
 
 def rl_task_list(cfg: DemoConfig) -> list[Any]:
