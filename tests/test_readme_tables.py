@@ -13,6 +13,7 @@ from reflect_trl.cli import main
 from reflect_trl.pipelines.readme_tables import (
     BLOCK,
     load_summary,
+    render_block,
     render_comparisons,
     render_naming,
     render_readme,
@@ -142,6 +143,59 @@ def test_a_changed_readme_number_is_stale_and_rendering_restores_it(tmp_path):
     assert main(["readme", "--readme", str(readme)]) == 0
     assert readme.read_text() == rendered
     assert main(["readme", "--readme", str(readme), "--check"]) == 0
+
+
+def _two_decodings() -> dict:
+    summary = _summary()
+    summary["rows"] += [dict(r, decoding="sampled", success_rate=0.1) for r in summary["rows"]]
+    reward = {**summary["comparisons"][0], "a": "Reflect-RL, both learn (verified reward)"}
+    summary["comparisons"] += [
+        {**c, "decoding": "sampled", "decoding_b": "sampled"} for c in summary["comparisons"]
+    ] + [reward]
+    return summary
+
+
+def test_a_block_can_show_one_decoding_and_one_set_of_pairs():
+    summary = _two_decodings()
+    assert "| SFT only | sampled |" in render_table(summary)
+    greedy = render_block(summary, "table", "s.json", {"decoding": "greedy"})
+    assert "| SFT only | greedy |" in greedy and "| sampled |" not in greedy
+    method = render_block(summary, "comparisons", "s.json", {"decoding": "sampled", "pairs": "method"})
+    assert "| Reflect SFT (before RL) − SFT only | sampled | all `test` |" in method
+    assert "greedy" not in method and "verified reward" not in method
+    reward = render_block(summary, "comparisons", "s.json", {"pairs": "reflection_reward"})
+    assert "| Reflect-RL, both learn (verified reward) − SFT only |" not in reward  # not a pair of the set
+    assert len(reward.splitlines()) == 2 + 2  # header, rule, the note's two lines
+    summary["comparisons"][-1]["b"] = "Reflect SFT (before RL)"
+    reward = render_block(summary, "comparisons", "s.json", {"pairs": "reflection_reward"})
+    assert (
+        "| Reflect-RL, both learn (verified reward) − Reflect SFT (before RL) | greedy | all `test` |"
+        in reward
+    )
+
+
+def test_block_options_are_checked_and_kept_when_rendering(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps(_two_decodings()))
+    skeleton = "<!-- results: s.json comparisons decoding=sampled pairs=method -->\n<!-- /results -->\n"
+    rendered = render_readme(skeleton, tmp_path)
+    assert rendered.startswith(
+        "<!-- results: s.json comparisons decoding=sampled pairs=method -->\n| a − b |"
+    )
+    assert "| sampled |" in rendered and "| greedy |" not in rendered
+    assert stale_blocks(rendered, tmp_path) == []
+    assert stale_blocks(rendered.replace("+37.7", "+38.7"), tmp_path) == [
+        "s.json comparisons decoding=sampled pairs=method"
+    ]
+    with pytest.raises(ValueError, match=r"'s.json table': unknown option\(s\) \['pairs'\]"):
+        render_readme(skeleton.replace("comparisons", "table"), tmp_path)
+    with pytest.raises(
+        ValueError, match=r"pairs='others'; choose one of \['all', 'method', 'reflection_reward'\]"
+    ):
+        render_readme(skeleton.replace("pairs=method", "pairs=others"), tmp_path)
+    with pytest.raises(
+        ValueError, match=r"s.json: decoding='beam' is not in the summary \(it has \['greedy', 'sampled'\]\)"
+    ):
+        render_readme(skeleton.replace("decoding=sampled", "decoding=beam"), tmp_path)
 
 
 def test_a_missing_or_incomplete_summary_is_named(tmp_path, capsys):

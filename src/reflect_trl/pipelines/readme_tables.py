@@ -9,6 +9,8 @@ A results block of ``README.md`` is the text between a marker and its end marker
 The kind after the path is ``table`` (configurations x stages: success on all `test` episodes and on unseen
 instances), ``comparisons`` (the headline differences a - b with both intervals, per seed and on unseen instances) or
 ``naming`` (the closed-loop rates at which the reflections name an optimal move, a - b with a t interval over seeds).
+Options may follow the kind: ``decoding=greedy`` (one decoding only) and, for comparisons, ``pairs=method`` or
+``pairs=reflection_reward`` (one set of :data:`COMPARISON_SETS`).
 ``reflect-trl readme`` re-renders every block from its ``summary.json`` (the schema ``reflect-trl reproduce``
 writes); ``--check`` only compares and exits 1 when the README disagrees with a summary (the test suite runs it).
 """
@@ -22,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 BLOCK = re.compile(
-    r"(?P<open><!-- results: (?P<path>\S+) (?P<kind>table|comparisons|naming) -->\n)(?P<body>.*?)(?P<close><!-- /results -->)",
+    r"(?P<open><!-- results: (?P<path>\S+) (?P<kind>table|comparisons|naming)(?P<options>(?: [a-z]+=\S+)*) -->\n)"
+    r"(?P<body>.*?)(?P<close><!-- /results -->)",
     re.S,
 )
 
-#: The comparisons a README states, in this order (a, b); each under every decoding of the summary that has it.
-HEADLINE_COMPARISONS: tuple[tuple[str, str], ...] = (
+#: The comparisons of the method and its ablations a README states, in this order (a, b).
+METHOD_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect SFT (before RL)", "SFT only"),
     ("Reflect-RL", "SFT + RL w/o reflection"),
     ("Reflect-RL", "Reflect SFT (before RL)"),
@@ -38,7 +41,11 @@ HEADLINE_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect-RL, only the reflection learns", "Reflect-RL, reflections sampled in RL"),
     ("Reflect SFT (before RL)", "oracle + random (the data's behaviour, no training)"),
     ("Reflect-RL", "follows its reflection (no policy training)"),
-    # the reflection's own reward and its controls (docs/results/taxi-reflection-reward)
+)
+
+#: The reflection's own reward against Reflect SFT, the advantage-trained reflection and the two controls
+#: (docs/results/taxi-reflection-reward).
+REFLECTION_REWARD_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect-RL, both learn (verified reward)", "Reflect SFT (before RL)"),
     ("Reflect-RL, both learn (mixed reward)", "Reflect SFT (before RL)"),
     ("Reflect-RL, only the reflection learns (verified reward)", "Reflect SFT (before RL)"),
@@ -52,6 +59,15 @@ HEADLINE_COMPARISONS: tuple[tuple[str, str], ...] = (
         "Reflection: SFT continued, label-matched (control)",
     ),
 )
+
+#: The comparisons a README states, in this order; each under every decoding of the summary that has it.
+HEADLINE_COMPARISONS = METHOD_COMPARISONS + REFLECTION_REWARD_COMPARISONS
+#: The sets a block can name with ``pairs=<name>``.
+COMPARISON_SETS = {
+    "all": HEADLINE_COMPARISONS,
+    "method": METHOD_COMPARISONS,
+    "reflection_reward": REFLECTION_REWARD_COMPARISONS,
+}
 
 
 def _pct(x: float | None) -> str:
@@ -74,12 +90,17 @@ def _rate_cell(rate: float | None, low: float | None, high: float | None) -> str
     return f"{_pct(rate)} % [{_pct(low)}, {_pct(high)}]"
 
 
-def render_table(summary: Mapping[str, Any]) -> str:
+def render_table(summary: Mapping[str, Any], decoding: str | None = None) -> str:
     """Configurations x stages: the success rate [95 % bootstrap interval] on all `test` episodes and on the unseen
-    instances, one line per (configuration, decoding), then the share of episodes on trained instances."""
+    instances, one line per (configuration, decoding) (``decoding``: that one only), then the share of episodes on
+    trained instances."""
     stages = _stages(summary)
     rows = {(r["configuration"], r["decoding"], r["stage"]): r for r in summary["rows"]}
-    order = list(dict.fromkeys((r["decoding"], r["configuration"]) for r in summary["rows"]))
+    order = list(
+        dict.fromkeys(
+            (r["decoding"], r["configuration"]) for r in summary["rows"] if decoding in (None, r["decoding"])
+        )
+    )
     header = ["configuration", "decoding"] + [f"{s}{part}" for s in stages for part in ("", " (unseen)")]
     lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (2 * len(stages))]
     for decoding, configuration in order:
@@ -110,12 +131,19 @@ def _difference(c: Mapping[str, Any] | None) -> str:
 
 
 def render_comparisons(
-    summary: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = HEADLINE_COMPARISONS
+    summary: Mapping[str, Any],
+    pairs: Sequence[tuple[str, str]] = HEADLINE_COMPARISONS,
+    decoding: str | None = None,
 ) -> str:
     """The headline differences a - b in points: the pooled difference [95 % bootstrap; 95 % t over seeds] on all
-    `test` episodes, then on unseen instances ("–": the stage has none), per (pair, decoding) and stage."""
+    `test` episodes, then on unseen instances ("–": the stage has none), per (pair, decoding) and stage
+    (``decoding``: that one only)."""
     stages = _stages(summary)
-    same = [c for c in summary["comparisons"] if c.get("decoding_b", c["decoding"]) == c["decoding"]]
+    same = [
+        c
+        for c in summary["comparisons"]
+        if c.get("decoding_b", c["decoding"]) == c["decoding"] and decoding in (None, c["decoding"])
+    ]
     by = {(c["a"], c["b"], c["decoding"], c["stage"]): c for c in same}
     decodings = list(dict.fromkeys(c["decoding"] for c in same))
     lines = [
@@ -154,11 +182,40 @@ def render_naming(summary: Mapping[str, Any], decoding: str = "greedy") -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_block(summary: Mapping[str, Any], kind: str, path: str) -> str:
-    """One README block: the table, the comparisons or the naming rates, and the command that regenerates its
-    summary."""
+#: The options a block's marker may add after its kind (``<!-- results: PATH comparisons decoding=greedy -->``).
+BLOCK_OPTIONS = {"table": ("decoding",), "comparisons": ("decoding", "pairs"), "naming": ("decoding",)}
+
+
+def parse_block_options(path: str, kind: str, options: str) -> dict[str, str]:
+    """The ``key=value`` options of a block's marker, checked against what ``kind`` accepts."""
+    parsed = dict(item.split("=", 1) for item in options.split())
+    unknown = sorted(set(parsed) - set(BLOCK_OPTIONS[kind]))
+    if unknown:
+        raise ValueError(
+            f"results block '{path} {kind}': unknown option(s) {unknown}; a {kind} block takes {list(BLOCK_OPTIONS[kind])}"
+        )
+    if parsed.get("pairs", "all") not in COMPARISON_SETS:
+        raise ValueError(
+            f"results block '{path} {kind}': pairs={parsed['pairs']!r}; choose one of {list(COMPARISON_SETS)}"
+        )
+    return parsed
+
+
+def render_block(
+    summary: Mapping[str, Any], kind: str, path: str, options: Mapping[str, str] | None = None
+) -> str:
+    """One README block: the table, the comparisons or the naming rates (restricted by the marker's ``options``), and
+    the command that regenerates its summary."""
+    options = dict(options or {})
+    decodings = list(dict.fromkeys(r["decoding"] for r in summary["rows"]))
+    if options.get("decoding", decodings[0] if decodings else None) not in decodings:
+        raise ValueError(
+            f"{path}: decoding={options['decoding']!r} is not in the summary (it has {decodings})"
+        )
+    if kind == "comparisons" and "pairs" in options:
+        options["pairs"] = COMPARISON_SETS[options["pairs"]]
     renderers = {"table": render_table, "comparisons": render_comparisons, "naming": render_naming}
-    body = renderers[kind](summary)
+    body = renderers[kind](summary, **options)
     seeds = ", ".join(map(str, summary["seeds"]))
     command = summary.get("command")
     note = f"\n<sub>Rendered by `make readme` from [`{path}`]({path}) (seeds {seeds}); " + (
@@ -190,17 +247,18 @@ def load_summary(path: Path) -> dict[str, Any]:
 def render_readme(text: str, root: Path) -> str:
     """``text`` with every results block re-rendered from its summary (paths relative to ``root``)."""
 
-    def replace(match: re.Match) -> str:
-        summary = load_summary(root / match["path"])
-        return match["open"] + render_block(summary, match["kind"], match["path"]) + match["close"]
+    return BLOCK.sub(lambda match: match["open"] + _render_match(match, root) + match["close"], text)
 
-    return BLOCK.sub(replace, text)
+
+def _render_match(match: re.Match, root: Path) -> str:
+    options = parse_block_options(match["path"], match["kind"], match["options"])
+    return render_block(load_summary(root / match["path"]), match["kind"], match["path"], options)
 
 
 def stale_blocks(text: str, root: Path) -> list[str]:
-    """The ``path kind`` of every results block of ``text`` that differs from its rendering."""
+    """The ``path kind [options]`` of every results block of ``text`` that differs from its rendering."""
     return [
-        f"{m['path']} {m['kind']}"
+        f"{m['path']} {m['kind']}{m['options']}"
         for m in BLOCK.finditer(text)
-        if m["body"] != render_block(load_summary(root / m["path"]), m["kind"], m["path"])
+        if m["body"] != _render_match(m, root)
     ]
