@@ -22,7 +22,9 @@ def readme_cli(argv: Sequence[str] | None = None) -> None:
     text = path.read_text()
     root = path.parent
     if not BLOCK.search(text):
-        parser.error(f"{path}: no '<!-- results: <summary.json> table|comparisons|naming [key=value ...] -->' block")
+        parser.error(
+            f"{path}: no '<!-- results: <summary.json> table|comparisons|naming [key=value ...] -->' block"
+        )
     stale = stale_blocks(text, root)
     if args.check:
         for block in stale:
