@@ -36,7 +36,7 @@ help:
 	@echo "make test             default test suite (no slow tests)"
 	@echo "make demo             the whole method end to end on tiny models -> outputs/demo/ (ENV=auto_explore -> outputs/demo_auto_explore/)"
 	@echo "make reproduce        the demo for SEEDS (default 0-4): pooled table + comparisons -> outputs/reproduce/<env>-<protocol>/ (PROTOCOL=strict|paper)"
-	@echo "make readme          render the README's results tables from docs/results/*/summary.json (ARGS=--check)"
+	@echo "make readme          render the results tables of README.md and docs/results/README.md from docs/results/*/summary.json (ARGS=--check)"
 	@echo "make tiny             build the tiny offline models under models/"
 	@echo "make data ENV=taxi    SFT datasets with negative examples -> data/<env>/"
 	@echo "make sft ROLE=policy|reflection|plain ENV=taxi    SFT warm-up (recipe $(RECIPES)/sft_<role>.yaml)"
@@ -124,7 +124,8 @@ SEEDS ?= 0 1 2 3 4
 reproduce:
 	$(PY) -m reflect_trl.cli reproduce --env_name $(ENV) --seeds $(SEEDS) --protocol $(PROTOCOL) $(ARGS)
 
-# the README's results tables, rendered from the summaries committed under docs/results/ (ARGS=--check: compare only)
+# the results tables of README.md and docs/results/README.md, rendered from the summaries committed under docs/results/
+# (ARGS=--check: compare only)
 readme:
 	$(PY) -m reflect_trl.cli readme $(ARGS)
 

@@ -189,7 +189,8 @@ def test_block_options_are_checked_and_kept_when_rendering(tmp_path):
     with pytest.raises(ValueError, match=r"'s.json table': unknown option\(s\) \['pairs'\]"):
         render_readme(skeleton.replace("comparisons", "table"), tmp_path)
     with pytest.raises(
-        ValueError, match=r"pairs='others'; choose one of \['all', 'method', 'reflection_reward'\]"
+        ValueError,
+        match=r"pairs='others'; choose one of \['all', 'headline', 'method', 'reflection_reward'\]",
     ):
         render_readme(skeleton.replace("pairs=method", "pairs=others"), tmp_path)
     with pytest.raises(
@@ -235,3 +236,48 @@ def test_the_readme_matches_its_committed_summaries():
         [out] = re.findall(r"--output_dir (\S+)", summary["command"])
         outputs.setdefault(out, set()).add(block["path"])
     assert all(len(paths) == 1 for paths in outputs.values()), f"summaries share an output folder: {outputs}"
+
+
+def test_the_results_page_holds_every_row_of_the_readme_summaries_and_matches_them():
+    """docs/results/README.md renders the full tables of every summary the README shows in part."""
+    page = REPO / "docs" / "results" / "README.md"
+    text = page.read_text()
+    assert stale_blocks(text, page.parent) == [], (
+        "docs/results/README.md differs from its summaries: run `make readme`"
+    )
+    full_tables = {m["path"] for m in BLOCK.finditer(text) if m["kind"] == "table" and not m["options"]}
+    readme_summaries = {m["path"] for m in BLOCK.finditer((REPO / "README.md").read_text())}
+    assert {f"docs/results/{p}" for p in full_tables} >= readme_summaries
+
+
+def test_a_table_can_show_some_configurations_by_their_reproduce_names(tmp_path):
+    summary = _two_decodings()
+    text = render_block(summary, "table", "s.json", {"configurations": "reflect_sft", "decoding": "greedy"})
+    assert "| Reflect SFT (before RL) | greedy |" in text and "SFT only" not in text
+    (tmp_path / "s.json").write_text(json.dumps(summary))
+    with pytest.raises(
+        ValueError, match=r"'s.json table': configurations \['reflect_sfx'\] unknown; choose from"
+    ):
+        render_readme(
+            "<!-- results: s.json table configurations=sft_only,reflect_sfx -->\n<!-- /results -->\n",
+            tmp_path,
+        )
+
+
+def test_make_readme_renders_the_readme_and_the_results_page(tmp_path, monkeypatch, capsys):
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "s.json").write_text(json.dumps(_summary()))
+    (tmp_path / "README.md").write_text("<!-- results: docs/results/s.json table -->\n<!-- /results -->\n")
+    (tmp_path / "docs" / "results" / "README.md").write_text(
+        "<!-- results: s.json comparisons -->\n<!-- /results -->\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["readme", "--check"]) == 1
+    assert main(["readme"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "README.md: 1 block(s) re-rendered" in out and "docs/results/README.md: 1 block(s) re-rendered" in out
+    )
+    assert "52.5 %" in (tmp_path / "README.md").read_text()
+    assert "+37.7" in (tmp_path / "docs" / "results" / "README.md").read_text()
+    assert main(["readme", "--check"]) == 0

@@ -9,8 +9,9 @@ A results block of ``README.md`` is the text between a marker and its end marker
 The kind after the path is ``table`` (configurations x stages: success on all `test` episodes and on unseen
 instances), ``comparisons`` (the headline differences a - b with both intervals, per seed and on unseen instances) or
 ``naming`` (the closed-loop rates at which the reflections name an optimal move, a - b with a t interval over seeds).
-Options may follow the kind: ``decoding=greedy`` (one decoding only) and, for comparisons, ``pairs=method`` or
-``pairs=reflection_reward`` (one set of :data:`COMPARISON_SETS`).
+Options may follow the kind: ``decoding=greedy`` (one decoding only); for a table, ``configurations=sft_only,reflect_rl``
+(those rows only, by their ``reproduce`` names); for comparisons, ``pairs=headline`` (one set of
+:data:`COMPARISON_SETS`).
 ``reflect-trl readme`` re-renders every block from its ``summary.json`` (the schema ``reflect-trl reproduce``
 writes); ``--check`` only compares and exits 1 when the README disagrees with a summary (the test suite runs it).
 """
@@ -22,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from reflect_trl.pipelines.protocols import CONFIGURATIONS
 
 BLOCK = re.compile(
     r"(?P<open><!-- results: (?P<path>\S+) (?P<kind>table|comparisons|naming)(?P<options>(?: [a-z]+=\S+)*) -->\n)"
@@ -60,11 +63,18 @@ REFLECTION_REWARD_COMPARISONS: tuple[tuple[str, str], ...] = (
     ),
 )
 
-#: The comparisons a README states, in this order; each under every decoding of the summary that has it.
+#: The comparisons a results page states, in this order; each under every decoding of the summary that has it.
 HEADLINE_COMPARISONS = METHOD_COMPARISONS + REFLECTION_REWARD_COMPARISONS
-#: The sets a block can name with ``pairs=<name>``.
+#: The sets a block can name with ``pairs=<name>``: ``headline`` is what the README's short table states (does
+#: reflection carry the method, does RL add to its SFT start, with a frozen or a learning reflection player).
 COMPARISON_SETS = {
     "all": HEADLINE_COMPARISONS,
+    "headline": (
+        ("Reflect SFT (before RL)", "SFT only"),
+        ("Reflect-RL", "SFT + RL w/o reflection"),
+        ("Reflect-RL", "Reflect SFT (before RL)"),
+        ("Reflect-RL, both players learn", "Reflect SFT (before RL)"),
+    ),
     "method": METHOD_COMPARISONS,
     "reflection_reward": REFLECTION_REWARD_COMPARISONS,
 }
@@ -90,15 +100,20 @@ def _rate_cell(rate: float | None, low: float | None, high: float | None) -> str
     return f"{_pct(rate)} % [{_pct(low)}, {_pct(high)}]"
 
 
-def render_table(summary: Mapping[str, Any], decoding: str | None = None) -> str:
+def render_table(
+    summary: Mapping[str, Any], decoding: str | None = None, configurations: Sequence[str] | None = None
+) -> str:
     """Configurations x stages: the success rate [95 % bootstrap interval] on all `test` episodes and on the unseen
-    instances, one line per (configuration, decoding) (``decoding``: that one only), then the share of episodes on
-    trained instances."""
+    instances, one line per (configuration, decoding) (``decoding``: that one only; ``configurations``: those
+    labels only), then the share of episodes on trained instances."""
     stages = _stages(summary)
     rows = {(r["configuration"], r["decoding"], r["stage"]): r for r in summary["rows"]}
     order = list(
         dict.fromkeys(
-            (r["decoding"], r["configuration"]) for r in summary["rows"] if decoding in (None, r["decoding"])
+            (r["decoding"], r["configuration"])
+            for r in summary["rows"]
+            if decoding in (None, r["decoding"])
+            and (configurations is None or r["configuration"] in configurations)
         )
     )
     header = ["configuration", "decoding"] + [f"{s}{part}" for s in stages for part in ("", " (unseen)")]
@@ -183,7 +198,11 @@ def render_naming(summary: Mapping[str, Any], decoding: str = "greedy") -> str:
 
 
 #: The options a block's marker may add after its kind (``<!-- results: PATH comparisons decoding=greedy -->``).
-BLOCK_OPTIONS = {"table": ("decoding",), "comparisons": ("decoding", "pairs"), "naming": ("decoding",)}
+BLOCK_OPTIONS = {
+    "table": ("decoding", "configurations"),
+    "comparisons": ("decoding", "pairs"),
+    "naming": ("decoding",),
+}
 
 
 def parse_block_options(path: str, kind: str, options: str) -> dict[str, str]:
@@ -198,6 +217,12 @@ def parse_block_options(path: str, kind: str, options: str) -> dict[str, str]:
         raise ValueError(
             f"results block '{path} {kind}': pairs={parsed['pairs']!r}; choose one of {list(COMPARISON_SETS)}"
         )
+    if "configurations" in parsed:
+        unknown = [c for c in parsed["configurations"].split(",") if c not in CONFIGURATIONS]
+        if unknown:
+            raise ValueError(
+                f"results block '{path} {kind}': configurations {unknown} unknown; choose from {list(CONFIGURATIONS)}"
+            )
     return parsed
 
 
@@ -214,6 +239,8 @@ def render_block(
         )
     if kind == "comparisons" and "pairs" in options:
         options["pairs"] = COMPARISON_SETS[options["pairs"]]
+    if "configurations" in options:
+        options["configurations"] = [CONFIGURATIONS[c].label for c in options["configurations"].split(",")]
     renderers = {"table": render_table, "comparisons": render_comparisons, "naming": render_naming}
     body = renderers[kind](summary, **options)
     seeds = ", ".join(map(str, summary["seeds"]))
