@@ -9,7 +9,8 @@ oracle's reflections) into variants, runs ``reflect-trl sft`` on each and prints
 
 * ``keep``: the rows as written (the environment's option order);
 * ``shuffle``: every row's options shuffled once (``validation`` rows too), the label moved with its option;
-* ``augment``: the rows as written plus ``--copies`` shuffled copies of each ``train`` row;
+* ``augment``: the rows as written plus ``--copies`` shuffled copies of each ``train`` row (``validation`` as written);
+* ``shuffle_copies``: ``--copies`` shuffled copies of each ``train`` row, every ``validation`` row shuffled once;
 * ``no_state``: the reflection and shuffled options only (``--copies`` per ``train`` row): the bare lookup.
 
 ::
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, OPTIONS_HEADER, REFLECTION_HEADER, prompt_options
 
-VARIANTS = ("keep", "shuffle", "augment", "no_state")
+VARIANTS = ("keep", "shuffle", "augment", "shuffle_copies", "no_state")
 
 
 def split_prompt(prompt: str) -> tuple[str, list[str], str]:
@@ -65,6 +66,8 @@ def variant_rows(rows: list[dict], variant: str, copies: int, seed: int) -> dict
             rows_of_split.append(dict(row, prompt=render(head, options, tail)))
         elif variant == "shuffle":
             rows_of_split.append(shuffled_row(row, head, options, tail, rng))
+        elif variant == "shuffle_copies":
+            rows_of_split.extend(shuffled_row(row, head, options, tail, rng) for _ in range(n_shuffled))
         elif variant == "augment":
             rows_of_split.append(dict(row, prompt=render(head, options, tail)))
             if row["split"] == "train":
@@ -82,7 +85,10 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="the model to fine-tune (a folder or hub id)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument(
-        "--copies", type=int, default=8, help="shuffled copies per train row (augment, no_state)"
+        "--copies",
+        type=int,
+        default=8,
+        help="shuffled copies per train row (augment, shuffle_copies, no_state)",
     )
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--learning_rate", type=float, default=1e-3)

@@ -63,6 +63,17 @@ def test_augment_adds_shuffled_copies_of_train_rows_only(rows):
     assert out["train"][0] == rows[0]
 
 
+def test_shuffle_copies_shuffles_every_row_and_copies_train_rows(rows):
+    out = probe.variant_rows(rows, "shuffle_copies", copies=3, seed=0)
+    assert [len(out["train"]), len(out["validation"])] == [6, 1]
+    assert [answer(r) for r in out["train"]] == ["take key"] * 3 + ["go north"] * 3
+    assert (
+        "You are in a hall" in out["validation"][0]["prompt"] and answer(out["validation"][0]) == "take key"
+    )
+    orders = {tuple(probe.split_prompt(r["prompt"])[1]) for r in out["train"] + out["validation"]}
+    assert len(orders) > 1
+
+
 def test_no_state_keeps_only_the_reflection_and_the_options(rows):
     out = probe.variant_rows(rows, "no_state", copies=2, seed=0)
     assert [len(out["train"]), len(out["validation"])] == [4, 1]
