@@ -11,7 +11,8 @@ oracle's reflections) into variants, runs ``reflect-trl sft`` on each and prints
 * ``shuffle``: every row's options shuffled once (``validation`` rows too), the label moved with its option;
 * ``augment``: the rows as written plus ``--copies`` shuffled copies of each ``train`` row (``validation`` as written);
 * ``shuffle_copies``: ``--copies`` shuffled copies of each ``train`` row, every ``validation`` row shuffled once;
-* ``no_state``: the reflection and shuffled options only (``--copies`` per ``train`` row): the bare lookup.
+* ``no_state``: the reflection and shuffled options only (``--copies`` per ``train`` row): the bare lookup, as
+  ``reflect-trl lookup-data`` writes it (:func:`reflect_trl.data.lookup.lookup_rows`).
 
 ::
 
@@ -28,7 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, OPTIONS_HEADER, REFLECTION_HEADER, prompt_options
+from reflect_trl.data.lookup import lookup_rows
+from reflect_trl.prompts import ACTION_CUE, DEFAULT_LABELS, OPTIONS_HEADER, prompt_options
 
 VARIANTS = ("keep", "shuffle", "augment", "shuffle_copies", "no_state")
 
@@ -54,12 +56,12 @@ def shuffled_row(row: dict, head: str, options: list[str], tail: str, rng: rando
 
 def variant_rows(rows: list[dict], variant: str, copies: int, seed: int) -> dict[str, list[dict]]:
     """The rows of one variant, by split."""
-    rng = random.Random(seed)
     out: dict[str, list[dict]] = {"train": [], "validation": []}
+    if variant == "no_state":  # the bare lookup: the library's option-lookup warm-up rows
+        return {**out, **lookup_rows(rows, copies, seed)}
+    rng = random.Random(seed)
     for row in rows:
         head, options, tail = split_prompt(row["prompt"])
-        if variant == "no_state":
-            head = REFLECTION_HEADER + head.split(REFLECTION_HEADER, 1)[1]
         rows_of_split = out[row["split"]]
         n_shuffled = copies if row["split"] == "train" else 1
         if variant == "keep":
@@ -68,12 +70,10 @@ def variant_rows(rows: list[dict], variant: str, copies: int, seed: int) -> dict
             rows_of_split.append(shuffled_row(row, head, options, tail, rng))
         elif variant == "shuffle_copies":
             rows_of_split.extend(shuffled_row(row, head, options, tail, rng) for _ in range(n_shuffled))
-        elif variant == "augment":
+        else:  # augment
             rows_of_split.append(dict(row, prompt=render(head, options, tail)))
             if row["split"] == "train":
                 rows_of_split.extend(shuffled_row(row, head, options, tail, rng) for _ in range(copies))
-        else:  # no_state: the bare lookup, shuffled everywhere
-            rows_of_split.extend(shuffled_row(row, head, options, tail, rng) for _ in range(n_shuffled))
     return out
 
 

@@ -307,6 +307,20 @@ CASES = [
         ("data/none.jsonl",),
         ("out",),
     ),
+    Case(
+        "lookup-data: missing data set",
+        ["lookup-data", "--dataset", "data/none.jsonl", "--output", "out/lookup"],
+        2,
+        ("data/none.jsonl",),
+        ("out",),
+    ),
+    Case(
+        "lookup-data: no copies",
+        ["lookup-data", "--dataset", "data/none.jsonl", "--output", "out/lookup", "--copies", "0"],
+        2,
+        ("--copies", "0"),
+        ("out",),
+    ),
 ]
 
 
@@ -384,6 +398,7 @@ _COMMANDS = {
     "build-tiny",
     "data",
     "relabel",
+    "lookup-data",
     "sft",
     "rl",
     "eval",

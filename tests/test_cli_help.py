@@ -72,7 +72,7 @@ def test_rl_help_is_grouped_and_names_the_recipes_values(capsys):
     assert "--gradient_checkpointing" not in text  # a deprecated alias
 
 
-@pytest.mark.parametrize("command", ["build-tiny", "eval", "plot", "relabel", "demo", "envs"])
+@pytest.mark.parametrize("command", ["build-tiny", "eval", "plot", "relabel", "lookup-data", "demo", "envs"])
 def test_every_option_has_help_text(command, monkeypatch, capsys):
     parsers: list[argparse.ArgumentParser] = []
     original = argparse.ArgumentParser.print_help

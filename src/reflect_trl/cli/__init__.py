@@ -51,6 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "policy SFT data with the SFT'd reflection model's own reflections (targets unchanged)",
         "reflect_trl.cli.relabel:relabel_cli",
     ),
+    "lookup-data": (
+        "option-lookup warm-up data (reflection + shuffled options) for a policy whose options change",
+        "reflect_trl.cli.lookup_data:lookup_data_cli",
+    ),
     "sft": (
         "SFT warm-up of the policy or the reflection model (ReflectSFTTrainer)",
         "reflect_trl.cli.sft:run_sft_cli",
