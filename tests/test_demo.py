@@ -592,4 +592,4 @@ def test_the_demo_warns_when_the_policy_data_changes_its_option_list(capsys):
     )
     out = capsys.readouterr().out
     assert "WARNING the policy data shows 2 different option lists over 3 policy prompts" in out
-    assert "which the tiny self-built models did not learn" in out
+    assert "learned only after an SFT warm-up on `reflect-trl lookup-data` rows" in out

@@ -682,8 +682,8 @@ def option_lists_note(distinct: int, count: int, over: str = "decision points") 
         return f"one option list over all {count} {over} (each move keeps its label)"
     return (
         f"{distinct} different option lists over {count} {over}: the policy must find the move "
-        f"its reflection names in the list (an in-context lookup), which the tiny self-built models did not learn; "
-        f"a pretrained model may ({OPTION_LOOKUP_STUDY})"
+        f"its reflection names in the list (an in-context lookup), which the tiny self-built models learned only "
+        f"after an SFT warm-up on `reflect-trl lookup-data` rows ({OPTION_LOOKUP_STUDY})"
     )
 
 

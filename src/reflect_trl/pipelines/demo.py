@@ -248,8 +248,9 @@ def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path]:
 
 
 def warn_if_options_change(policy_data, progress: _Progress) -> None:
-    """The demo's tiny models learn a fixed label per move but not to look a move up in a list that changes with
-    the state (measured in the study that ``option_lists_note`` names): say so before an hour of training."""
+    """The demo's tiny models learn a fixed label per move, but not from the policy rows to look a move up in a list
+    that changes with the state (measured in the study that ``option_lists_note`` names): say so before an hour of
+    training."""
     from reflect_trl.envs.check import option_lists_note
     from reflect_trl.prompts import count_option_lists
 
