@@ -358,7 +358,10 @@ def test_the_options_check_says_whether_a_policy_must_look_its_option_up_in_cont
     assert re.search(
         r"2 different option lists over \d+ decision points: the policy must find the move", text
     )
-    assert "which the tiny self-built models learned only after an SFT warm-up on `reflect-trl lookup-data`" in text
+    assert (
+        "which the tiny self-built models learned only after an SFT warm-up on `reflect-trl lookup-data`"
+        in text
+    )
     assert (Path(__file__).parents[2] / OPTION_LOOKUP_STUDY).is_file()
 
 
