@@ -6,24 +6,17 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from reflect_trl.data.io import available_splits, load_sft_dataset
+from reflect_trl.cli.relabel import check_data_output, check_policy_data
 
 
 def check_lookup_inputs(dataset: str, output: str, copies: int) -> None:
     """Up-front checks (nothing is written before): policy data with reflections, a usable output path."""
-    from reflect_trl.data.relabel import split_policy_prompt
-    from reflect_trl.errors import UsageError, usage_errors
+    from reflect_trl.errors import UsageError
 
     if copies < 1:
         raise UsageError(f"--copies must be >= 1, got {copies}")
-    with usage_errors("--dataset"):
-        for split in available_splits(dataset) or ["train"]:
-            rows = load_sft_dataset(dataset, split)
-            if len(rows):
-                split_policy_prompt(rows[0]["prompt"])
-    out = Path(output)
-    if out.exists() and not (out / "dataset_dict.json").is_file():
-        raise UsageError(f"--output {output} exists and is not a saved data set; choose another --output")
+    check_policy_data(dataset)
+    check_data_output(output)
 
 
 def lookup_data_cli(argv: Sequence[str] | None = None) -> dict[str, int]:

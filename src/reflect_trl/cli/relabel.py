@@ -16,19 +16,33 @@ def check_relabel_inputs(
 ) -> None:
     """Up-front checks of ``reflect-trl relabel`` (nothing is loaded or written before): the data set is policy data
     with reflections, the reflection model path, the output path and the generation settings."""
-    from reflect_trl.errors import UsageError, usage_errors
+    from reflect_trl.errors import UsageError
     from reflect_trl.validation import check_model_path
 
     if temperature < 0:
         raise UsageError(f"--temperature must be >= 0, got {temperature}")
     if max_new_tokens < 1:
         raise UsageError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
+    check_policy_data(dataset)
+    check_model_path(reflection_model, "--reflection_model")
+    check_data_output(output)
+
+
+def check_policy_data(dataset: str) -> None:
+    """``--dataset`` is policy data with reflections (every split's first row is checked)."""
+    from reflect_trl.errors import usage_errors
+
     with usage_errors("--dataset"):
         for split in available_splits(dataset) or ["train"]:
             rows = load_sft_dataset(dataset, split)
             if len(rows):
                 split_policy_prompt(rows[0]["prompt"])
-    check_model_path(reflection_model, "--reflection_model")
+
+
+def check_data_output(output: str) -> None:
+    """``--output`` is new or a saved data set (which is replaced): never a foreign folder."""
+    from reflect_trl.errors import UsageError
+
     out = Path(output)
     if out.exists() and not (out / "dataset_dict.json").is_file():
         raise UsageError(f"--output {output} exists and is not a saved data set; choose another --output")
