@@ -133,19 +133,67 @@ def test_smoke_demo_runs_on_auto_explore(tmp_path):
     from dataclasses import replace
 
     from reflect_trl.envs.auto_explore.example_repo import write_example_repo
+    from reflect_trl.pipelines.jobs import DONE_MARKER
 
     repo = write_example_repo(tmp_path / "repo")
     cfg = replace(
         DemoConfig.smoke(str(tmp_path / "demo")),
         env_name="auto_explore",
         env_kwargs={"roots": [str(repo)], "horizon": 6, "max_content_tokens": 30, "max_content_lines": 4},
+        sft_lookup_steps=2,  # its option list (the folder's entries) changes with the state
     )
     summary = run_demo(cfg)
     stages = {r["stage"] for r in summary["results"]}
     # The example repository is too small to hold out deeper files: evaluation skips stages without test tasks.
     assert "depth1" in stages and stages <= {"depth1", "depth2", "depth3"}
     assert len(summary["results"]) == len(TABLE_ROWS) * len(stages)
-    assert (tmp_path / "demo" / "data" / "auto_explore" / "README.md").is_file()
+    data = tmp_path / "demo" / "data" / "auto_explore"
+    assert (data / "README.md").is_file()
+    # the warm-up ran on the bare lookup rows, and both policy SFT runs started from its model
+    runs = tmp_path / "demo" / "runs"
+    assert (data / "policy_lookup" / "dataset_dict.json").is_file()
+    assert "# Reflection:" in (data / "policy_lookup.jsonl").read_text().splitlines()[0]
+    assert (runs / "sft_policy_lookup" / "config.json").is_file()
+    for name in ("sft_policy", "sft_plain"):
+        marker = json.loads((runs / name / DONE_MARKER).read_text())
+        start = marker["argv"][marker["argv"].index("--model_name_or_path") + 1]
+        assert Path(start) == runs / "sft_policy_lookup", name
+
+
+def test_the_lookup_warm_up_starts_every_policy_chain_when_asked(tmp_path):
+    """``sft_lookup_steps``: one lookup-data job on the oracle-reflection rows, one warm-up SFT of that many steps
+    from the base model, and every policy SFT run (not the reflection runs) starting from it; 0 adds nothing."""
+    from reflect_trl.errors import UsageError
+    from reflect_trl.pipelines.demo import check_demo_config
+    from reflect_trl.pipelines.protocols import LOOKUP_STARTED, demo_jobs
+
+    def flag(job, name):
+        return job.argv[job.argv.index(f"--{name}") + 1]
+
+    base, data, runs = tmp_path / "base", tmp_path / "data", tmp_path / "runs"
+    cfg = DemoConfig(sft_lookup_steps=8000, configurations=["sft_only", "reflect_sft", "no_negatives"])
+    check_demo_config(cfg)
+    jobs = {j.name: j for j in demo_jobs(cfg, base, data, runs)}
+    assert flag(jobs["lookup_data"], "dataset") == str(data / "policy_reflect.jsonl")
+    assert flag(jobs["lookup_data"], "output") == str(data / "policy_lookup")
+    warm = jobs["sft_policy_lookup"]
+    assert warm.needs == ("lookup_data",) and flag(warm, "model_name_or_path") == str(base)
+    assert flag(warm, "max_steps") == "8000" and flag(warm, "dataset_path") == str(data / "policy_lookup")
+    started = [n for n in LOOKUP_STARTED if n in jobs]
+    assert started == ["sft_policy", "sft_policy_positive", "sft_plain"]
+    for name in started:
+        assert flag(jobs[name], "model_name_or_path") == str(runs / "sft_policy_lookup"), name
+        assert "sft_policy_lookup" in jobs[name].needs and flag(jobs[name], "max_steps") == "400"
+    for name in ("sft_reflection", "sft_reflection_positive"):
+        assert flag(jobs[name], "model_name_or_path") == str(base)
+    names = list(jobs)
+    assert names.index("sft_policy_lookup") < min(names.index(n) for n in started)
+
+    default = {j.name: j for j in demo_jobs(replace(cfg, sft_lookup_steps=0), base, data, runs)}
+    assert "lookup_data" not in default and "sft_policy_lookup" not in default
+    assert flag(default["sft_policy"], "model_name_or_path") == str(base)
+    with pytest.raises(UsageError, match="sft_lookup_steps must be >= 0"):
+        check_demo_config(DemoConfig(sft_lookup_steps=-1))
 
 
 def test_a_config_file_is_overridden_only_by_the_flags_given(tmp_path):
@@ -171,6 +219,42 @@ def test_a_config_file_is_overridden_only_by_the_flags_given(tmp_path):
     )
     plain = demo_config_from_cli([])
     assert (plain.seed, plain.env_name, plain.output_dir) == (0, "taxi", "outputs/demo")
+
+
+def test_an_environment_brings_its_demo_settings_unless_a_flag_or_file_sets_them(tmp_path):
+    """ENV_DEMO_SETTINGS fill the fields the command line and --config leave unset (a smoke run keeps no budget)."""
+    from reflect_trl.cli.demo import demo_config_from_cli
+    from reflect_trl.pipelines.protocols import ENV_DEMO_SETTINGS
+    from reflect_trl.pipelines.reproduce import ReproduceConfig
+
+    pytest.importorskip("textworld", reason="reflect-trl[textworld]")
+    own = ENV_DEMO_SETTINGS["textworld"]
+    out = ["--output_dir", str(tmp_path / "out"), "--env_name", "textworld"]
+    cfg = demo_config_from_cli(out)
+    assert cfg.env_kwargs == own["env_kwargs"] and cfg.sft_lookup_steps == own["sft_lookup_steps"] > 0
+    assert cfg.sft_policy_steps == own["sft_policy_steps"]
+    flagged = demo_config_from_cli(out + ["--sft_lookup_steps", "0", "--env_kwargs", '{"horizon": 7}'])
+    assert (flagged.sft_lookup_steps, flagged.env_kwargs, flagged.sft_policy_steps) == (
+        0,
+        {"horizon": 7},
+        own["sft_policy_steps"],
+    )
+    request = tmp_path / "request.yaml"
+    request.write_text("env_name: textworld\nsft_policy_steps: 12\n")
+    from_file = demo_config_from_cli(["--config", str(request)])
+    assert (from_file.sft_policy_steps, from_file.sft_lookup_steps) == (12, own["sft_lookup_steps"])
+    smoke = demo_config_from_cli(out + ["--smoke"])
+    assert smoke.env_kwargs == own["env_kwargs"] and smoke.sft_lookup_steps == 0
+    assert smoke.sft_policy_steps == DemoConfig.smoke("x").sft_policy_steps
+    # reproduce gives every seed the same settings
+    seed = ReproduceConfig(env_name="textworld", demo_overrides={"sft_policy_steps": 5}).demo_config(2)
+    assert (seed.seed, seed.env_kwargs, seed.sft_lookup_steps, seed.sft_policy_steps) == (
+        2,
+        own["env_kwargs"],
+        own["sft_lookup_steps"],
+        5,
+    )
+    assert DemoConfig().sft_lookup_steps == 0, "DangerousTaxi's list never changes: no warm-up"
 
 
 @pytest.mark.slow  # starts `transformers serve` (~10 s) and plays every generated reflection through it
@@ -593,3 +677,7 @@ def test_the_demo_warns_when_the_policy_data_changes_its_option_list(capsys):
     out = capsys.readouterr().out
     assert "WARNING the policy data shows 2 different option lists over 3 policy prompts" in out
     assert "learned only after an SFT warm-up on `reflect-trl lookup-data` rows" in out
+    assert "--sft_lookup_steps 8000" in out
+    # the demo that runs the warm-up is not warned
+    warn_if_options_change({"train": {"prompt": [fixed, other]}}, _Progress(), lookup_steps=8000)
+    assert capsys.readouterr().out == ""

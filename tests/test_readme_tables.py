@@ -174,6 +174,21 @@ def test_a_block_can_show_one_decoding_and_one_set_of_pairs():
     )
 
 
+def test_a_comparison_against_a_reference_row_names_its_one_decoding():
+    """`pairs=environment`: Reflect SFT greedy against the random policy's sampled row is shown, marked as such;
+    a pair of two decodings that is no reference (versus_best) stays out."""
+    summary = _summary()
+    base = summary["comparisons"][0]
+    summary["comparisons"] += [
+        {**base, "b": "random policy", "decoding_b": "sampled"},
+        {**base, "a": "Reflect-RL", "b": "Reflect SFT (before RL)", "decoding_b": "sampled"},
+    ]
+    text = render_block(summary, "comparisons", "s.json", {"pairs": "environment"})
+    assert "| Reflect SFT (before RL) − random policy | greedy (b: sampled) | all `test` | +37.7" in text
+    assert "| Reflect SFT (before RL) − SFT only | greedy | all `test` |" in text
+    assert "Reflect-RL − Reflect SFT" not in text
+
+
 def test_block_options_are_checked_and_kept_when_rendering(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(_two_decodings()))
     skeleton = "<!-- results: s.json comparisons decoding=sampled pairs=method -->\n<!-- /results -->\n"
@@ -190,7 +205,7 @@ def test_block_options_are_checked_and_kept_when_rendering(tmp_path):
         render_readme(skeleton.replace("comparisons", "table"), tmp_path)
     with pytest.raises(
         ValueError,
-        match=r"pairs='others'; choose one of \['all', 'headline', 'method', 'reflection_reward'\]",
+        match=r"pairs='others'; choose one of \['all', 'headline', 'method', 'reflection_reward', 'environment'\]",
     ):
         render_readme(skeleton.replace("pairs=method", "pairs=others"), tmp_path)
     with pytest.raises(

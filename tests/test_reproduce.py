@@ -386,6 +386,24 @@ def test_versus_best_compares_rl_with_its_start_at_the_starts_best_decoding():
                   ("sampled", "greedy"): pytest.approx(-0.5)}  # fmt: skip
 
 
+def test_versus_reference_compares_every_decoding_with_the_reference_rows_only_decoding():
+    """The random policy has only a sampled row: Reflect SFT greedy and sampled are each compared with it."""
+    per_seed = {
+        seed: [
+            _result("Reflect SFT (before RL)", "hard", [1, 1, 1, 0], decoding="greedy"),
+            _result("Reflect SFT (before RL)", "hard", [1, 0, 0, 0], decoding="sampled"),
+            _result("random policy", "hard", [0, 1, 0, 0], decoding="sampled"),
+        ]
+        for seed in (0, 1)
+    }
+    pair = ("Reflect SFT (before RL)", "random policy")
+    assert compare(per_seed, [pair], ("greedy",), 200) == []  # a plain pair finds no greedy random row
+    rows = compare(per_seed, [], ("greedy", "sampled"), 200, versus_reference=[pair])
+    by = {(c["decoding"], c["decoding_b"]): c["diff"] for c in rows}
+    assert by == {("greedy", "sampled"): pytest.approx(0.5), ("sampled", "sampled"): pytest.approx(0.0)}
+    assert len(rows) == 2 and all(c["b"] == "random policy" and c["stage"] == "hard" for c in rows)
+
+
 def test_restrict_to_unseen_keeps_the_instances_no_training_task_posed():
     from reflect_trl.pipelines.reproduce import restrict_to_unseen
 

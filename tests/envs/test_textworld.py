@@ -132,6 +132,31 @@ def test_tasks_deterministic_disjoint_and_games_cached(cache_dir):
 
 
 @pytest.mark.textworld
+def test_a_generated_game_is_keyed_by_its_content_not_its_task(cache_dir):
+    """Two tasks that generate the same game (same settings and seed, other split and id) are one instance; other
+    seeds are other games; the key follows the game's description, not its file name."""
+    import dataclasses
+
+    from reflect_trl.envs.textworld_games import game_content_key
+
+    env = make(cache_dir)
+    train = env.make_tasks("train", 2, seed=0, difficulty="easy")
+    twin = dataclasses.replace(train[0], task_id="textworld-custom-test-easy-99")
+    keys = [env.instance_key(t) for t in train]
+    assert env.instance_key(twin) == keys[0] != keys[1] and keys[0].startswith("textworld-easy-")
+    (path,) = env.prepare([train[0]])
+    description = json.loads(Path(path).with_suffix(".json").read_text())
+    copy = Path(cache_dir) / "content-key-copy.json"
+    copy.write_text(json.dumps({**description, "metadata": {"seed": "another"}}))
+    assert game_content_key(copy) == game_content_key(path)
+    description["quests"][0]["commands"] = ["look"]
+    copy.write_text(json.dumps(description))
+    assert game_content_key(copy) != game_content_key(path)
+    with pytest.raises(ValueError, match="cannot read the game description .*missing.json"):
+        game_content_key(Path(cache_dir) / "missing.z8")
+
+
+@pytest.mark.textworld
 def test_seeded_random_policy_is_reproducible(cache_dir):
     task = make(cache_dir).make_tasks("train", 1, seed=0)[0]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_trl.pipelines.demo import DemoConfig, check_demo_config, finish_pooled_demo, run_demo
-from reflect_trl.pipelines.protocols import DEFAULT_ENV_KWARGS
+from reflect_trl.pipelines.protocols import env_demo_settings
 
 
 def _parse_field(key: str, current: Any, value: str, parser: argparse.ArgumentParser) -> Any:
@@ -132,11 +132,14 @@ def demo_config_from_cli(argv: Sequence[str] | None = None) -> DemoConfig:
         if value is not None
     }
     cfg = replace(cfg, **flags)
+    overrides = parse_demo_overrides(rest, parser)
+    given = set(from_file) | set(overrides) | ({"env_kwargs"} if args.env_kwargs else set())
+    # the environment's demo settings, for the fields neither the file nor a flag sets
+    defaults = env_demo_settings(cfg.env_name, smoke=args.smoke)
+    cfg = replace(cfg, **{k: v for k, v in defaults.items() if k not in given})
     if args.env_kwargs:
         cfg = replace(cfg, env_kwargs=_parse_field("env_kwargs", {}, args.env_kwargs, parser))
-    elif "env_kwargs" not in from_file:  # the environment's demo defaults
-        cfg = replace(cfg, env_kwargs=DEFAULT_ENV_KWARGS.get(cfg.env_name, {}))
-    cfg = replace(cfg, **parse_demo_overrides(rest, parser))
+    cfg = replace(cfg, **overrides)
     check_demo_config(cfg)
     return cfg
 

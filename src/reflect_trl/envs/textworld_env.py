@@ -48,6 +48,7 @@ from reflect_trl.envs.textworld_games import (
     default_cache_dir,
     ensure_game,
     find_game_files,
+    game_content_key,
     game_key,
     playable_game,
     walkthrough_length,
@@ -260,8 +261,11 @@ class TextWorldEnv(TextGameEnv):
 
     def instance_key(self, task: Task) -> str:
         """A game file's tasks are one instance (:meth:`make_tasks` repeats the files when asked for more); a
-        generated game is fixed by its task."""
-        return str(task.data.get("game_file") or task.task_id)
+        generated game is keyed by its content (generated first if not cached), so that two task seeds that generate
+        the same game -- in training and in `test`, say -- are one instance."""
+        if "game_file" in task.data:
+            return str(task.data["game_file"])
+        return f"textworld-{task.difficulty}-{game_content_key(self._game_file_for(task))}"
 
     def make_tasks(self, split: str, n: int, seed: int = 0, difficulty: str | None = None) -> list[Task]:
         """``n`` tasks with seeds ``split_seed(seed, split, i)`` (games are generated lazily, on first reset or
@@ -383,6 +387,7 @@ __all__ = [
     "default_cache_dir",
     "ensure_game",
     "find_game_files",
+    "game_content_key",
     "game_key",
     "missing_extra_error",
     "playable_game",

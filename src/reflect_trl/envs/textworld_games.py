@@ -147,6 +147,23 @@ def ensure_game(challenge: str, settings: Mapping[str, Any], seed: int, cache_di
     return str(target)
 
 
+def game_content_key(game_file: str | Path) -> str:
+    """A key of what a game poses, read from its ``.json`` beside the game file: the world's facts, its entities'
+    names and texts, and the quests' commands (not the seed that generated it). Two seeds that generate the same game
+    share the key."""
+    path = Path(game_file).with_suffix(".json")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"textworld: cannot read the game description {path}: {err}") from None
+    content = {
+        "world": data.get("world"),
+        "infos": data.get("infos"),
+        "quests": [quest.get("commands") for quest in data.get("quests") or []],
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
 # -- game files ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GameFile:
@@ -308,6 +325,7 @@ __all__ = [
     "default_cache_dir",
     "ensure_game",
     "find_game_files",
+    "game_content_key",
     "game_key",
     "metadata_file",
     "playable_game",

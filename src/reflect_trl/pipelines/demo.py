@@ -73,6 +73,11 @@ class DemoConfig:
     # accuracy, 94 % at 1e-3; the positive-only policy stalled on two seeds of three), and on `validation` the chain
     # with negatives did within 2 points at 1e-3 (docs/experiments.md §3)
     sft_policy_learning_rate: float | None = 1e-3
+    # > 0: every policy SFT run starts from a warm-up of this many steps on the bare option lookup (`reflect-trl
+    # lookup-data`: the reflection and the shuffled options, no state), for environments whose option list changes
+    # with the state; the tiny models learned the lookup only this way (8,000 steps: 50-63 % option accuracy;
+    # docs/studies/2026-12-07_textworld_settings.md). 0 = no warm-up (DangerousTaxi's list never changes)
+    sft_lookup_steps: int = 0
     sft_eval_samples: int = 96
     # RL
     # None = the protocol's (pipelines.protocols.PROTOCOLS): strict 300, paper 900 (docs/experiments.md §1.4g)
@@ -241,25 +246,26 @@ def prepare_demo(cfg: DemoConfig, progress: _Progress) -> tuple[Path, Path]:
 
     with progress.step(f"2/5 {cfg.env_name} data with negative examples"):
         datasets = build_datasets(data_builder_config(cfg, out / "data"))
-        warn_if_options_change(datasets["policy_reflect"], progress)
+        warn_if_options_change(datasets["policy_reflect"], progress, cfg.sft_lookup_steps)
         if cfg.rl_tasks == "disjoint":
             write_rl_tasks(cfg, out / "data" / cfg.env_name / "rl_tasks.jsonl")
     return base, out / "data" / cfg.env_name
 
 
-def warn_if_options_change(policy_data, progress: _Progress) -> None:
+def warn_if_options_change(policy_data, progress: _Progress, lookup_steps: int = 0) -> None:
     """The demo's tiny models learn a fixed label per move, but not from the policy rows to look a move up in a list
-    that changes with the state (measured in the study that ``option_lists_note`` names): say so before an hour of
-    training."""
+    that changes with the state (measured in the study that ``option_lists_note`` names): without the warm-up
+    (``sft_lookup_steps``), say so before an hour of training."""
     from reflect_trl.envs.check import option_lists_note
     from reflect_trl.prompts import count_option_lists
 
     prompts = [prompt for split in policy_data.values() for prompt in split["prompt"]]
     distinct = count_option_lists(prompts)
-    if distinct > 1:
+    if distinct > 1 and lookup_steps == 0:
         print(
             f"[demo {progress.elapsed()}] WARNING the policy data shows "
-            f"{option_lists_note(distinct, len(prompts), over='policy prompts')}",
+            f"{option_lists_note(distinct, len(prompts), over='policy prompts')}; "
+            f"the demo runs that warm-up with --sft_lookup_steps 8000",
             flush=True,
         )
 
@@ -622,6 +628,10 @@ def check_demo_config(cfg: DemoConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and not value > 0:
             raise UsageError(f"{name} must be > 0, got {value}")
+    if cfg.sft_lookup_steps < 0:
+        raise UsageError(
+            f"sft_lookup_steps must be >= 0 (0: no option-lookup warm-up), got {cfg.sft_lookup_steps}"
+        )
     if cfg.rl_eval_steps < 0:
         raise UsageError(f"rl_eval_steps must be >= 0 (0: no evaluation during RL), got {cfg.rl_eval_steps}")
     for name in positive:

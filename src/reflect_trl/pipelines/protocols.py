@@ -15,6 +15,7 @@ is a set of configurations, not a script.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,10 +29,36 @@ if TYPE_CHECKING:
     from reflect_trl.pipelines.demo import DemoConfig
 
 
-# Environment kwargs the demo uses unless --env_kwargs is given (kept small for the tiny models' context).
-DEFAULT_ENV_KWARGS: dict[str, dict[str, Any]] = {
-    "auto_explore": {"horizon": 15, "max_content_tokens": 48, "max_content_lines": 8},
+# The demo's settings per environment (DemoConfig fields), used where the command line and the --config file leave a
+# field unset; a smoke run takes only those that are no budget (env_kwargs, configurations).
+ENV_DEMO_SETTINGS: dict[str, dict[str, Any]] = {
+    # kept small for the tiny models' context
+    "auto_explore": {"env_kwargs": {"horizon": 15, "max_content_tokens": 48, "max_content_lines": 8}},
+    # games a random policy does not solve (longer quests, more rooms and objects, a horizon of 2.5-5x the oracle's
+    # 2-4 commands), and the option-lookup warm-up, without which the tiny policies do not read TextWorld's changing
+    # command list (docs/studies/2026-12-07_textworld_settings.md)
+    "textworld": {
+        "env_kwargs": {
+            "horizon": 10,
+            "settings": {
+                "easy": {"world_size": 2, "nb_objects": 4, "quest_length": 2},
+                "medium": {"world_size": 3, "nb_objects": 6, "quest_length": 3},
+                "hard": {"world_size": 4, "nb_objects": 8, "quest_length": 4},
+            },
+        },
+        "sft_lookup_steps": 8000,
+        "sft_policy_steps": 1000,
+    },
 }
+#: the fields of ENV_DEMO_SETTINGS a smoke run keeps
+SMOKE_KEEPS = ("env_kwargs", "configurations")
+
+
+def env_demo_settings(env_name: str, smoke: bool = False) -> dict[str, Any]:
+    """The demo's own settings for ``env_name`` (:data:`ENV_DEMO_SETTINGS`; ``smoke``: no budgets), a fresh copy."""
+    settings = copy.deepcopy(ENV_DEMO_SETTINGS.get(env_name, {}))
+    return {k: v for k, v in settings.items() if k in SMOKE_KEEPS} if smoke else settings
+
 
 # RL-only environment kwargs. DangerousTaxi's -1 raw step cost makes an early crash cheaper than a late one, so a
 # policy that rarely succeeds learns to crash fast (docs/experiments.md); the demo's RL drops the step cost.
@@ -134,6 +161,10 @@ CONFIGURATIONS: dict[str, Configuration] = {
     "reflection_label_matched": Configuration(
         "Reflection: SFT continued, label-matched (control)", "sft_policy", "sft_reflection_label_matched"
     ),
+    # the scripted reference rows (no training): the environment's oracle (greedy) and a uniformly random legal
+    # action (sampled), on the same evaluation episodes
+    "oracle": Configuration("oracle", "oracle"),
+    "random": Configuration("random policy", "random"),
     # design D3: the SFT policy trained on for as many optimizer steps as RL takes (compute-matched control)
     "continued_sft": Configuration("Reflect SFT, continued", "sft_policy_continued", "sft_reflection"),
     # the behaviour that generated the data ("oracle + random p": the protocol's p, or the demo's random_action_prob;
@@ -158,7 +189,13 @@ SFT_RUNS: dict[str, tuple[str, str, str | None]] = {
     # the reflection SFT continued on the oracle's trajectories, for as many rows as rl_reflection_only_verified's
     # oracle-labelled turns (reflect-trl sft --match_oracle_labels_of)
     "sft_reflection_label_matched": ("reflection", "reflection", None),
+    # the option-lookup warm-up (DemoConfig.sft_lookup_steps) every other policy SFT run starts from: reflection +
+    # shuffled options, no state (reflect-trl lookup-data)
+    "sft_policy_lookup": ("policy_lookup", "policy", None),
 }
+
+#: the policy SFT runs that start from the option-lookup warm-up when the demo has one
+LOOKUP_STARTED = ("sft_policy", "sft_policy_positive", "sft_plain")
 
 #: the RL run whose oracle-labelled reflection turns the label-matched control matches
 LABEL_MATCHED_TO = "rl_reflection_only_verified"
@@ -265,6 +302,8 @@ def needed_runs(cfg: DemoConfig) -> list[str]:
             add(SFT_RUNS[run][2])
         if run == "sft_policy_continued":
             add("sft_policy")
+        if run in LOOKUP_STARTED and cfg.sft_lookup_steps > 0:
+            add("sft_policy_lookup")
         if run == "sft_reflection_label_matched":
             add("sft_reflection")
             add(LABEL_MATCHED_TO)
@@ -390,7 +429,24 @@ def demo_jobs(
             )
         if relabelled(cfg, name):
             needs = (f"relabel_{dataset}",)
+        if name == "sft_policy_lookup":  # the warm-up's rows come from the oracle-reflection policy data
+            steps = cfg.sft_lookup_steps
+            add(
+                "lookup_data",
+                "lookup-data",
+                flags(
+                    dataset=data / "policy_reflect.jsonl",
+                    output=sft_dataset(cfg, name, data),
+                    seed=cfg.seed,
+                ),
+                (),
+                sft_dataset(cfg, name, data),
+                run_dir=False,
+            )
+            needs = ("lookup_data",)
         start, schedule = base, dict(lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20))
+        if name in LOOKUP_STARTED and cfg.sft_lookup_steps > 0:
+            start, needs = runs / "sft_policy_lookup", needs + ("sft_policy_lookup",)
         if name == "sft_policy_continued":  # the Reflect SFT policy, trained on for rl_steps more steps
             start, steps, schedule = runs / "sft_policy", rl_steps, dict(lr_scheduler_type="constant")
             needs += ("sft_policy",)
@@ -500,6 +556,8 @@ def demo_jobs(
 
 __all__ = [
     "CONFIGURATIONS",
+    "ENV_DEMO_SETTINGS",
+    "LOOKUP_STARTED",
     "PROTOCOLS",
     "RL_RUNS",
     "SFT_RUNS",
@@ -508,6 +566,7 @@ __all__ = [
     "RLRun",
     "configurations_of",
     "demo_jobs",
+    "env_demo_settings",
     "flags",
     "needed_runs",
     "rl_stages_of",

@@ -77,7 +77,16 @@ COMPARISON_SETS = {
     ),
     "method": METHOD_COMPARISONS,
     "reflection_reward": REFLECTION_REWARD_COMPARISONS,
+    # an environment beyond DangerousTaxi: does reflection help, does the pair beat random play, does RL add
+    "environment": (
+        ("Reflect SFT (before RL)", "SFT only"),
+        ("Reflect SFT (before RL)", "random policy"),
+        ("Reflect-RL", "Reflect SFT (before RL)"),
+    ),
 }
+#: Scripted rows with one decoding each (the oracle: greedy, the random policy: sampled); a comparison against one
+#: pairs every decoding of ``a`` with that decoding (reproduce's ``versus_reference``)
+REFERENCE_ROWS = ("random policy", "oracle")
 
 
 def _pct(x: float | None) -> str:
@@ -157,7 +166,8 @@ def render_comparisons(
     same = [
         c
         for c in summary["comparisons"]
-        if c.get("decoding_b", c["decoding"]) == c["decoding"] and decoding in (None, c["decoding"])
+        if (c.get("decoding_b", c["decoding"]) == c["decoding"] or c["b"] in REFERENCE_ROWS)
+        and decoding in (None, c["decoding"])
     ]
     by = {(c["a"], c["b"], c["decoding"], c["stage"]): c for c in same}
     decodings = list(dict.fromkeys(c["decoding"] for c in same))
@@ -170,9 +180,13 @@ def render_comparisons(
             found = [by.get((a, b, decoding, stage)) for stage in stages]
             if not any(found):
                 continue
+            shown = decoding
+            other = next((c.get("decoding_b", decoding) for c in found if c), decoding)
+            if other != decoding:  # a reference row's one decoding
+                shown = f"{decoding} (b: {other})"
             for part, label in (("all", "all `test`"), ("unseen", "unseen")):
                 cells = [_difference(c if part == "all" else (c or {}).get("unseen")) for c in found]
-                lines.append(f"| {a} − {b} | {decoding} | {label} | " + " | ".join(cells) + " |")
+                lines.append(f"| {a} − {b} | {shown} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

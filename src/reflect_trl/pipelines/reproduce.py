@@ -56,6 +56,14 @@ VERSUS_BEST: tuple[tuple[str, str], ...] = (
     ("Reflect-RL, both learn (mixed reward)", "Reflect SFT (before RL)"),
 )
 
+#: Pairs against a scripted reference row with one decoding (statistics.compare's ``versus_reference``): does the
+#: trained pair beat a uniformly random legal action (the environments where random play succeeds, TextWorld)?
+VERSUS_REFERENCE: tuple[tuple[str, str], ...] = (
+    ("Reflect SFT (before RL)", "random policy"),
+    ("Reflect-RL", "random policy"),
+    ("SFT only", "random policy"),
+)
+
 #: The reflection player's own reward (ReflectPPOConfig.reflection_reward), its arms and its controls.
 REFLECTION_REWARD_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("Reflect-RL, both learn (verified reward)", "Reflect SFT (before RL)"),
@@ -139,15 +147,12 @@ class ReproduceConfig:
     def demo_config(self, seed: int):
         """The demo configuration of one seed (validated by :func:`reflect_trl.pipelines.demo.check_demo_config`)."""
         from reflect_trl.pipelines.demo import DemoConfig
-        from reflect_trl.pipelines.protocols import DEFAULT_ENV_KWARGS
+        from reflect_trl.pipelines.protocols import env_demo_settings
 
         seed_dir = str(self.out / f"seed_{seed}")
         base = DemoConfig.smoke(seed_dir) if self.smoke else DemoConfig(output_dir=seed_dir)
-        settings: dict[str, Any] = {
-            "seed": seed,
-            "env_name": self.env_name,
-            "env_kwargs": dict(DEFAULT_ENV_KWARGS.get(self.env_name, {})),
-        }
+        settings: dict[str, Any] = {"seed": seed, "env_name": self.env_name}
+        settings.update(env_demo_settings(self.env_name, smoke=self.smoke))
         settings.update(self.demo_overrides)
         return replace(base, **settings)
 
@@ -339,13 +344,13 @@ def run_reproduce(config: ReproduceConfig) -> dict[str, Any]:
         )
     resamples = config.bootstrap_resamples
     rows = pool_rows(per_seed_results, training, min(resamples, 2_000))
-    comparisons = compare(per_seed_results, COMPARISONS, decodings, resamples, VERSUS_BEST)
+    comparisons = compare(per_seed_results, COMPARISONS, decodings, resamples, VERSUS_BEST, VERSUS_REFERENCE)
     unseen_results = restrict_to_unseen(per_seed_results, training)
     attach_unseen(
         rows,
         comparisons,
         pool_rows(unseen_results, None, min(resamples, 2_000)),
-        compare(unseen_results, COMPARISONS, decodings, resamples, VERSUS_BEST),
+        compare(unseen_results, COMPARISONS, decodings, resamples, VERSUS_BEST, VERSUS_REFERENCE),
     )
     summary = {
         "protocol": first.protocol,
@@ -614,6 +619,7 @@ def _step_names(summary: Mapping[str, Any]) -> list[str]:
 
 __all__ = [
     "COMPARISONS",
+    "VERSUS_REFERENCE",
     "ReproduceConfig",
     "run_reproduce",
 ]

@@ -329,11 +329,13 @@ def compare(
     decodings: Sequence[str] = ("greedy",),
     resamples: int = 10_000,
     versus_best: Sequence[tuple[str, str]] = (),
+    versus_reference: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, Any]]:
     """The ``comparisons`` of ``summary.json`` (see the module docstring): every pair (a, b) under every decoding
     (both players decode alike), and for the pairs of ``versus_best`` also a under each decoding against b under b's
     best decoding of that stage (so that sharpening by RL is never sold as learning: RL against its SFT start at the
-    start's best). Pairs whose rows are missing are skipped."""
+    start's best). ``versus_reference``: a under each decoding against a reference row b that has one decoding (the
+    scripted oracle: greedy; the random policy: sampled). Pairs whose rows are missing are skipped."""
     seeds = sorted(per_seed)
 
     def row(seed: int, configuration: str, stage: str, decoding: str) -> Mapping[str, Any] | None:
@@ -353,10 +355,22 @@ def compare(
     for a, b in versus_best:
         for d in decodings:
             plan.append((a, d, b, "best"))
+    for a, b in versus_reference:
+        for d in decodings:
+            plan.append((a, d, b, "reference"))
     out = []
     for a, decoding_a, b, decoding_b in plan:
         for stage in stages:
-            if decoding_b == "best":
+            if decoding_b == "reference":  # the one decoding the reference row has at this stage
+                own = {
+                    r["decoding"]
+                    for r in per_seed[seeds[0]]
+                    if (r["configuration"], r["stage"]) == (b, stage)
+                }
+                if len(own) != 1:
+                    continue
+                chosen_b = own.pop()
+            elif decoding_b == "best":
                 best = max(decodings, key=lambda d, b=b, stage=stage: pooled(b, stage, d))
                 if best == decoding_a:
                     continue  # the same-decoding comparison says it already
