@@ -48,6 +48,10 @@ ENV_DEMO_SETTINGS: dict[str, dict[str, Any]] = {
         },
         "sft_lookup_steps": 8000,
         "sft_policy_steps": 1000,
+        "configurations": ["sft_only", "reflect_sft", "reflect_rl", "oracle", "random"],
+        # one seed within 30 min on a 2-core CPU: RL at about 2 s a step, and every evaluation game generated once
+        "rl_steps": 100,
+        "eval_episodes_per_stage": 100,
     },
 }
 #: the fields of ENV_DEMO_SETTINGS a smoke run keeps
