@@ -28,7 +28,7 @@ DEMO_DIR ?= outputs/demo$(if $(filter-out taxi,$(ENV)),_$(ENV))$(if $(filter-out
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install install-extras real-model test test-slow test-all lint format tiny data sft sft-all relabel rl rl-plain eval plot demo reproduce readme bench gpu-check gpu-wheels clean
+.PHONY: help install install-extras real-model test test-slow test-all lint format tiny data sft sft-all lookup-data relabel rl rl-plain eval plot demo reproduce readme bench gpu-check gpu-wheels clean
 
 help:
 	@echo "make install          create $(VENV), torch 2.13 first, then reflect-trl[dev] (CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
@@ -39,7 +39,8 @@ help:
 	@echo "make readme          render the results tables of README.md and docs/results/README.md from docs/results/*/summary.json (ARGS=--check)"
 	@echo "make tiny             build the tiny offline models under models/"
 	@echo "make data ENV=taxi    SFT datasets with negative examples -> data/<env>/"
-	@echo "make sft ROLE=policy|reflection|plain ENV=taxi    SFT warm-up (recipe $(RECIPES)/sft_<role>.yaml)"
+	@echo "make sft ROLE=policy|reflection|plain|lookup ENV=taxi    SFT warm-up (recipe $(RECIPES)/sft_<role>.yaml)"
+	@echo "make lookup-data ENV=textworld    the option-lookup warm-up rows for ROLE=lookup (environments whose option list changes)"
 	@echo "make rl ENV=taxi      online RL (recipe $(RECIPES)/rl.yaml; ACCELERATE_CONFIG=... for DDP/ZeRO/FSDP)"
 	@echo "make rl-plain         the no-reflection baseline (same recipe from sft_plain, no reflection model)"
 	@echo "make eval / plot / bench / lint"
@@ -91,11 +92,18 @@ data:
 sft:
 	$(LAUNCH) sft --config $(RECIPES)/sft_$(ROLE).yaml $(ARGS)
 
+# where the environment's recipes have an option-lookup warm-up (sft_lookup.yaml: TextWorld), it runs first and the
+# policy SFT runs start from it
 sft-all:
 	$(MAKE) sft ROLE=reflection
 	$(MAKE) relabel
+	$(if $(wildcard $(RECIPES)/sft_lookup.yaml),$(MAKE) lookup-data && $(MAKE) sft ROLE=lookup)
 	$(MAKE) sft ROLE=policy
 	$(MAKE) sft ROLE=plain
+
+# the option-lookup warm-up's rows (reflection + shuffled options, no state) for make sft ROLE=lookup
+lookup-data:
+	$(PY) -m reflect_trl.cli lookup-data --dataset data/$(ENV)/policy_reflect.jsonl --output data/$(ENV)/policy_lookup $(ARGS)
 
 # the policy's SFT data with the SFT'd reflection model's own reflections (targets unchanged): what it will read in RL
 relabel:

@@ -101,7 +101,7 @@ def test_sft_recipe(recipe, tmp_path):
     expected_role = "reflection" if recipe.endswith("sft_reflection.yaml") else "policy"
     assert training_args.role == expected_role
     assert script_args.dataset_path.endswith(
-        "reflection" if expected_role == "reflection" else ("plain", "reflect", "reflect_model")
+        "reflection" if expected_role == "reflection" else ("plain", "reflect", "reflect_model", "lookup")
     )
 
 
