@@ -183,6 +183,11 @@ def test_a_comparison_against_a_reference_row_names_its_one_decoding():
         {**base, "b": "random policy", "decoding_b": "sampled"},
         {**base, "a": "Reflect-RL", "b": "Reflect SFT (before RL)", "decoding_b": "sampled"},
     ]
+    summary["rows"] += [
+        {**summary["rows"][0], "configuration": "random policy", "decoding": "sampled", "success_rate": 0.2}
+    ]
+    greedy = render_block(summary, "table", "s.json", {"decoding": "greedy"})
+    assert "| random policy | sampled | 20.0 %" in greedy and "| SFT only | greedy |" in greedy
     text = render_block(summary, "comparisons", "s.json", {"pairs": "environment"})
     assert "| Reflect SFT (before RL) − random policy | greedy (b: sampled) | all `test` | +37.7" in text
     assert "| Reflect SFT (before RL) − SFT only | greedy | all `test` |" in text

@@ -113,15 +113,16 @@ def render_table(
     summary: Mapping[str, Any], decoding: str | None = None, configurations: Sequence[str] | None = None
 ) -> str:
     """Configurations x stages: the success rate [95 % bootstrap interval] on all `test` episodes and on the unseen
-    instances, one line per (configuration, decoding) (``decoding``: that one only; ``configurations``: those
-    labels only), then the share of episodes on trained instances."""
+    instances, one line per (configuration, decoding) (``decoding``: that one only, and the one decoding of a
+    :data:`REFERENCE_ROWS` row; ``configurations``: those labels only), then the share of episodes on trained
+    instances."""
     stages = _stages(summary)
     rows = {(r["configuration"], r["decoding"], r["stage"]): r for r in summary["rows"]}
     order = list(
         dict.fromkeys(
             (r["decoding"], r["configuration"])
             for r in summary["rows"]
-            if decoding in (None, r["decoding"])
+            if (decoding in (None, r["decoding"]) or r["configuration"] in REFERENCE_ROWS)
             and (configurations is None or r["configuration"] in configurations)
         )
     )
