@@ -26,6 +26,7 @@ from typing import Any
 from reflect_trl.pipelines.jobs import Job, run_jobs
 from reflect_trl.pipelines.protocols import (
     CONFIGURATIONS,
+    LOOKUP_WARM_UP_STEPS,
     PROTOCOLS,
     SFT_RUNS,
     check_data_settings,
@@ -265,7 +266,7 @@ def warn_if_options_change(policy_data, progress: _Progress, lookup_steps: int =
         print(
             f"[demo {progress.elapsed()}] WARNING the policy data shows "
             f"{option_lists_note(distinct, len(prompts), over='policy prompts')}; "
-            f"the demo runs that warm-up with --sft_lookup_steps 8000",
+            f"the demo runs that warm-up with --sft_lookup_steps {LOOKUP_WARM_UP_STEPS}",
             flush=True,
         )
 

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from reflect_trl.pipelines.demo import DemoConfig
 
 
+#: the option-lookup warm-up's steps where an environment's option list changes (50-63 % option accuracy on
+#: DangerousTaxi's shuffled and TextWorld's rows; docs/studies/2026-12-07_textworld_settings.md)
+LOOKUP_WARM_UP_STEPS = 8000
+
 # The demo's settings per environment (DemoConfig fields), used where the command line and the --config file leave a
 # field unset; a smoke run takes only those that are no budget (env_kwargs, configurations).
 ENV_DEMO_SETTINGS: dict[str, dict[str, Any]] = {
@@ -46,7 +50,7 @@ ENV_DEMO_SETTINGS: dict[str, dict[str, Any]] = {
                 "hard": {"world_size": 4, "nb_objects": 8, "quest_length": 4},
             },
         },
-        "sft_lookup_steps": 8000,
+        "sft_lookup_steps": LOOKUP_WARM_UP_STEPS,
         "sft_policy_steps": 1000,
         "configurations": ["sft_only", "reflect_sft", "reflect_rl", "oracle", "random"],
         # one seed within 30 min on a 2-core CPU: RL at about 2 s a step, and every evaluation game generated once
@@ -562,6 +566,7 @@ __all__ = [
     "CONFIGURATIONS",
     "ENV_DEMO_SETTINGS",
     "LOOKUP_STARTED",
+    "LOOKUP_WARM_UP_STEPS",
     "PROTOCOLS",
     "RL_RUNS",
     "SFT_RUNS",
