@@ -257,6 +257,19 @@ def test_an_environment_brings_its_demo_settings_unless_a_flag_or_file_sets_them
     assert DemoConfig().sft_lookup_steps == 0, "DangerousTaxi's list never changes: no warm-up"
 
 
+def test_auto_explore_demo_plays_the_package_corpus_with_a_warm_up(tmp_path):
+    """`make demo ENV=auto_explore`: the pinned package corpus (held-out repositories), the option-lookup warm-up and
+    the reference rows; a smoke run keeps the corpus but no budget."""
+    from reflect_trl.cli.demo import demo_config_from_cli
+
+    out = ["--output_dir", str(tmp_path / "out"), "--env_name", "auto_explore"]
+    cfg = demo_config_from_cli(out)
+    assert cfg.env_kwargs["corpus"] == "packages" and cfg.sft_lookup_steps > 0
+    assert {"oracle", "random", "sft_only", "reflect_sft"} <= set(cfg.configurations)
+    smoke = demo_config_from_cli(out + ["--smoke"])
+    assert smoke.env_kwargs == cfg.env_kwargs and smoke.sft_lookup_steps == 0
+
+
 @pytest.mark.slow  # starts `transformers serve` (~10 s) and plays every generated reflection through it
 def test_smoke_demo_with_served_reflection_models(tmp_path):
     """`reflection_backend: openai`: the demo serves its own SFT'd reflection models with `transformers serve`; RL

@@ -36,8 +36,17 @@ LOOKUP_WARM_UP_STEPS = 8000
 # The demo's settings per environment (DemoConfig fields), used where the command line and the --config file leave a
 # field unset; a smoke run takes only those that are no budget (env_kwargs, configurations).
 ENV_DEMO_SETTINGS: dict[str, dict[str, Any]] = {
-    # kept small for the tiny models' context
-    "auto_explore": {"env_kwargs": {"horizon": 15, "max_content_tokens": 48, "max_content_lines": 8}},
+    # the pinned package corpus (held-out repositories, docs/auto_explore_corpus.md), file views kept small for the
+    # tiny models' context, and the option-lookup warm-up (a folder's entries change with the state); half
+    # TextWorld's warm-up, whose rows are shorter, to fit one seed in 40 min on a 2-core CPU
+    "auto_explore": {
+        "env_kwargs": {"corpus": "packages", "horizon": 15, "max_content_tokens": 48, "max_content_lines": 8},
+        "sft_lookup_steps": LOOKUP_WARM_UP_STEPS // 2,
+        "sft_policy_steps": 1000,
+        "configurations": ["sft_only", "reflect_sft", "reflect_rl", "oracle", "random"],
+        "rl_steps": 100,
+        "eval_episodes_per_stage": 100,
+    },
     # games a random policy does not solve (longer quests, more rooms and objects, a horizon of 2.5-5x the oracle's
     # 2-4 commands), and the option-lookup warm-up, without which the tiny policies do not read TextWorld's changing
     # command list (docs/studies/2026-12-07_textworld_settings.md)
