@@ -216,6 +216,13 @@ def test_scripted_policies_play_through_the_rollout_engine():
         EvalConfiguration("never_random", "oracle_random:0"),
     ]
     report = evaluate(confs, settings, progress=False)
+    # each plays its one decoding (ScriptedActor.decoding), whatever the settings' decodings
+    assert sorted(report.transcripts) == [
+        "never_random__dropoff__sampled",
+        "oracle__dropoff__greedy",
+        "oracle_random__dropoff__sampled",
+        "random__dropoff__sampled",
+    ]
     oracle = report.transcripts["oracle__dropoff__greedy"]
     assert [t["success"] for t in oracle] == [True] * 6
     never_random = report.transcripts["never_random__dropoff__sampled"]  # p = 0: the oracle's moves

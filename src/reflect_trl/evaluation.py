@@ -537,11 +537,9 @@ def evaluate(
     report = EvalReport(settings, list(configurations), [])
 
     def decodings_of(conf: EvalConfiguration) -> list[str]:
-        # Built-in policies have one decoding each: the oracle is deterministic, the random policy samples.
+        # a scripted policy may have one decoding (the oracle is deterministic, the random policy samples)
         scripted = scripted_class(conf.policy)
-        return {"oracle": ["greedy"], "random": ["sampled"], "oracle_random": ["sampled"]}.get(
-            scripted.name if scripted else "", settings.decodings
-        )
+        return [scripted.decoding] if scripted is not None and scripted.decoding else settings.decodings
 
     instances = {stage: instance_keys(settings, tasks) for stage, (tasks, _) in stage_tasks.items()}
     cells = sum(len(decodings_of(c)) for c in configurations) * len(stage_tasks)

@@ -30,6 +30,8 @@ class ScriptedActor:
     name = "scripted"
     tokenizer = None
     needs_reflection = False  # True: it chooses from the turn's reflection, so a configuration must give one
+    #: its one decoding in an evaluation ("greedy": deterministic, "sampled": it draws); None: the evaluation's
+    decoding: str | None = None
 
     def __init__(self, labels: Sequence[str] = DEFAULT_LABELS) -> None:
         self._labels = tuple(labels)
@@ -60,6 +62,7 @@ class OracleActor(ScriptedActor):
     option: the task is not solvable as configured, and its episode counts as such."""
 
     name = "oracle"
+    decoding = "greedy"
 
     def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
         return [_oracle_option(view) for view in live], [0.0] * len(live), [0.0] * len(live), None
@@ -78,6 +81,7 @@ class RandomActor(ScriptedActor):
     seed and ``t`` (``derive_seed(seed, "random_policy", t)``), not on the batch it runs in."""
 
     name = "random"
+    decoding = "sampled"
 
     def choose(self, live: Sequence[LiveEpisode]) -> ActResult:
         draws = [_uniform_option(view, "random_policy") for view in live]
@@ -100,6 +104,7 @@ class OracleRandomActor(ScriptedActor):
     episode seed and the turn."""
 
     name = "oracle_random"
+    decoding = "sampled"
     default_random_action_prob = 0.9  # the authors'
 
     def __init__(

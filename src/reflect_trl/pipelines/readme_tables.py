@@ -84,9 +84,6 @@ COMPARISON_SETS = {
         ("Reflect-RL", "Reflect SFT (before RL)"),
     ),
 }
-#: Scripted rows with one decoding each (the oracle: greedy, the random policy: sampled); a comparison against one
-#: pairs every decoding of ``a`` with that decoding (reproduce's ``versus_reference``)
-REFERENCE_ROWS = ("random policy", "oracle")
 
 
 def _pct(x: float | None) -> str:
@@ -99,6 +96,17 @@ def _pts(x: float | None) -> str:
 
 def _stages(summary: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(r["stage"] for r in summary["rows"]))
+
+
+def _one_decoding_rows() -> set[str]:
+    """The labels of the scripted configurations with one decoding (``ScriptedActor.decoding``: the oracle greedy, the
+    random policy sampled); a table restricted to another decoding keeps them, and a comparison against one pairs
+    every decoding of ``a`` with it (reproduce's ``versus_reference``)."""
+    from reflect_trl.pipelines.protocols import CONFIGURATIONS
+    from reflect_trl.scripted_actors import scripted_class
+
+    scripted = {c.label: scripted_class(c.policy) for c in CONFIGURATIONS.values()}
+    return {label for label, actor in scripted.items() if actor is not None and actor.decoding}
 
 
 def _rate_cell(rate: float | None, low: float | None, high: float | None) -> str:
@@ -114,15 +122,16 @@ def render_table(
 ) -> str:
     """Configurations x stages: the success rate [95 % bootstrap interval] on all `test` episodes and on the unseen
     instances, one line per (configuration, decoding) (``decoding``: that one only, and the one decoding of a
-    :data:`REFERENCE_ROWS` row; ``configurations``: those labels only), then the share of episodes on trained
+    row with one decoding; ``configurations``: those labels only), then the share of episodes on trained
     instances."""
     stages = _stages(summary)
     rows = {(r["configuration"], r["decoding"], r["stage"]): r for r in summary["rows"]}
+    reference = _one_decoding_rows()
     order = list(
         dict.fromkeys(
             (r["decoding"], r["configuration"])
             for r in summary["rows"]
-            if (decoding in (None, r["decoding"]) or r["configuration"] in REFERENCE_ROWS)
+            if (decoding in (None, r["decoding"]) or r["configuration"] in reference)
             and (configurations is None or r["configuration"] in configurations)
         )
     )
@@ -164,10 +173,11 @@ def render_comparisons(
     `test` episodes, then on unseen instances ("–": the stage has none), per (pair, decoding) and stage
     (``decoding``: that one only)."""
     stages = _stages(summary)
+    reference = _one_decoding_rows()
     same = [
         c
         for c in summary["comparisons"]
-        if (c.get("decoding_b", c["decoding"]) == c["decoding"] or c["b"] in REFERENCE_ROWS)
+        if (c.get("decoding_b", c["decoding"]) == c["decoding"] or c["b"] in reference)
         and decoding in (None, c["decoding"])
     ]
     by = {(c["a"], c["b"], c["decoding"], c["stage"]): c for c in same}
