@@ -450,37 +450,6 @@ def test_content_truncation_with_a_tiny_tokenizer(tmp_path):
     assert truncate_content(licensed, "m.py", max_lines=20, max_tokens=100) == "import os\n\nX = 1"
 
 
-def test_the_outline_view_shows_a_modules_public_names(repo_root):
-    """``content_view="outline"``: `cat` of a Python module shows its public top-level names in file order, cut to the
-    token budget with a note; other files keep the head; an unknown view is an error naming the value."""
-    module = "import os\nX = 1\n_hidden = 2\ndef info():\n    def inner(): pass\nclass Foo:\n    def bar(self): pass\n"
-    module += "async def fetch(): pass\nlimit: int = 3\n"
-    assert truncate_content(module, "m.py", max_lines=1, max_tokens=100, view="outline") == (
-        "Defines: X, info, Foo, fetch, limit"
-    )
-    cut = truncate_content(module, "m.py", max_lines=8, max_tokens=4, view="outline")
-    assert cut.startswith("Defines: X,\n") and cut.endswith(
-        "[Outline cut: only the first 4 tokens are shown.]"
-    )
-    assert (
-        truncate_content("# Title\ntext", "README.md", max_lines=8, max_tokens=50, view="outline")
-        == "# Title\ntext"
-    )
-    assert truncate_content("def (", "broken.py", max_lines=8, max_tokens=50, view="outline") == "def ("
-    with pytest.raises(ValueError, match="view must be one of"):
-        truncate_content(module, "m.py", max_lines=8, max_tokens=50, view="tree")
-
-    env = AutoExploreEnv(roots=[str(repo_root)], content_view="outline")
-    task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/storage/db/schema.py"])
-    obs = env.reset(task=task)
-    for command in task.data["optimal_path"][:-1]:
-        obs, *_ = env.step(obs.actions.index(command))
-    assert "Success: The content of schema.py is:\nDefines: " in obs.text
-    assert env.card()["settings"]["content_view"] == "outline"
-    with pytest.raises(ValueError, match="content_view must be one of .* got 'tree'"):
-        AutoExploreEnv(roots=[str(repo_root)], content_view="tree")
-
-
 def test_clone_is_independent(env):
     task = next(t for t in all_tasks(env) if t.data["targets"] == ["coffee/storage/db/schema.py"])
     obs = env.reset(task=task)

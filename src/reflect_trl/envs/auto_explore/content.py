@@ -1,9 +1,5 @@
 """Truncation of file contents shown by ``cat``, measured with the policy model's own tokenizer.
 
-Two views (``AutoExploreEnv(content_view=...)``): ``"head"`` shows a file's first lines; ``"outline"`` shows a Python
-module's public top-level names instead (``Defines: info, main, Foo, BAR``), so that a question about a definition can be
-checked within a short view (other files and unparsable modules keep the head).
-
 The tokenizer is loaded with ``AutoTokenizer.from_pretrained(path, local_files_only=True)`` -- never a
 download (the reference code's tiktoken download inside env steps is gone). Without a tokenizer, a "token"
 is a run of word characters or a single punctuation character (an approximation of BPE counts on code). Tokenizers are cached per process and used under a lock (HF fast
@@ -12,7 +8,6 @@ tokenizers are not safe to call concurrently), so envs in threads can share them
 
 from __future__ import annotations
 
-import ast
 import re
 import threading
 from typing import Any
@@ -21,8 +16,6 @@ from reflect_trl.envs.auto_explore.corpus import file_kind
 
 #: Data files (csv/tsv) show at most this many lines, whatever ``max_lines`` says (the paper showed 5).
 DATA_FILE_MAX_LINES = 5
-#: What ``cat`` shows (see the module docstring).
-CONTENT_VIEWS = ("head", "outline")
 
 _APPROX_TOKEN = re.compile(r"\w+|[^\w\s]")
 _TOKENIZERS: dict[str, Any] = {}
@@ -87,47 +80,11 @@ def _cut_tokens(text: str, max_tokens: int, tokenizer: Any) -> tuple[str, bool]:
         return tokenizer.decode(ids[:max_tokens], skip_special_tokens=True), True
 
 
-def outline(text: str, path: str) -> str | None:
-    """A Python module's public top-level classes, functions and assigned names in file order (``Defines: a, B,
-    C``), None for another file, a module that does not parse or one that defines no public name."""
-    if not path.endswith(".py"):
-        return None
-    try:
-        body = ast.parse(text).body
-    except (SyntaxError, ValueError):
-        return None
-    names: list[str] = []
-    for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.append(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [t.id for t in targets if isinstance(t, ast.Name)]
-    public = [name for name in dict.fromkeys(names) if not name.startswith("_")]
-    return "Defines: " + ", ".join(public) if public else None
-
-
-def truncate_content(
-    text: str, path: str, *, max_lines: int, max_tokens: int, tokenizer: Any = None, view: str = "head"
-) -> str:
+def truncate_content(text: str, path: str, *, max_lines: int, max_tokens: int, tokenizer: Any = None) -> str:
     """The first ``max_lines`` lines (fewer for data files) after :func:`strip_boilerplate`, then at most
-    ``max_tokens`` tokens, with a note when something was cut; ``view="outline"``: a Python module's
-    :func:`outline` (one line) instead of its first lines."""
+    ``max_tokens`` tokens, with a note when something was cut."""
     if max_lines < 1 or max_tokens < 1:
         raise ValueError(f"max_lines and max_tokens must be >= 1, got {max_lines} and {max_tokens}")
-    if view not in CONTENT_VIEWS:
-        raise ValueError(f"view must be one of {CONTENT_VIEWS}, got {view!r}")
-    names = outline(text, path) if view == "outline" else None
-    if names is not None:
-        if tokenizer is None:
-            shown, cut = _cut_approx(names, max_tokens)
-        else:
-            shown, cut = _cut_tokens(names, max_tokens, tokenizer)
-        return (
-            f"{shown.rstrip()}\n[Outline cut: only the first {max_tokens} tokens are shown.]"
-            if cut
-            else shown
-        )
     text = strip_boilerplate(text.replace("\r\n", "\n")).rstrip("\n")
     line_limit = min(max_lines, DATA_FILE_MAX_LINES) if file_kind(path) == "data" else max_lines
     lines = text.split("\n")

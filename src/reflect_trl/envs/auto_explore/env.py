@@ -31,8 +31,7 @@ A directory never yields more than ``max_options`` actions (see :mod:`.corpus` f
 
 ``cat`` output is truncated by the policy model's tokenizer (``tokenizer_name_or_path``, a local
 directory) to ``max_content_lines`` lines / ``max_content_tokens`` tokens (whitespace words without a
-tokenizer). ``content_view="outline"`` shows a Python module's top-level names instead of its first lines
-(:mod:`.content`).
+tokenizer).
 
 **Episode.** Horizon 15 by default. ``id`` of any file ends the episode: success iff it is a target;
 a wrong ``id`` is a failure. Reaching the horizon without an ``id`` is a failure (``truncated``).
@@ -81,7 +80,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from reflect_trl.envs.auto_explore.content import CONTENT_VIEWS, load_tokenizer, truncate_content
+from reflect_trl.envs.auto_explore.content import load_tokenizer, truncate_content
 from reflect_trl.envs.auto_explore.corpus import (
     DEFAULT_MAX_OPTIONS,
     Corpus,
@@ -171,7 +170,6 @@ class AutoExploreEnv(TextEnv):
         seed: int = 0,
         step_cost: float = STEP_COST,
         corpus: str = "default",
-        content_view: str = "head",
     ) -> None:
         super().__init__(horizon=horizon)
         if step_cost < 0:
@@ -185,11 +183,6 @@ class AutoExploreEnv(TextEnv):
             raise ValueError("auto_explore: max_content_tokens and max_content_lines must be >= 1")
         if corpus not in CORPORA:
             raise ValueError(f"auto_explore: corpus must be one of {CORPORA}, got {corpus!r}")
-        if content_view not in CONTENT_VIEWS:
-            raise ValueError(
-                f"auto_explore: content_view must be one of {CONTENT_VIEWS}, got {content_view!r}"
-            )
-        self.content_view = content_view
         if corpus == "packages" and roots is not None:
             raise ValueError(
                 "auto_explore: corpus='packages' is the pinned package corpus; it takes no roots "
@@ -284,7 +277,6 @@ class AutoExploreEnv(TextEnv):
             max_lines=self.max_content_lines,
             max_tokens=self.max_content_tokens,
             tokenizer=self.tokenizer,
-            view=self.content_view,
         )
         with self._shared.lock:
             self._shared.contents[key] = shown
@@ -667,7 +659,6 @@ class AutoExploreEnv(TextEnv):
                 "max_options": self.max_options,
                 "max_content_tokens": self.max_content_tokens,
                 "max_content_lines": self.max_content_lines,
-                "content_view": self.content_view,
                 "tokenizer_name_or_path": self.tokenizer_name_or_path,
             },
             "corpus": corpus_card(self.corpus),
